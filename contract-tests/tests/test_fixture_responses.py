@@ -1,0 +1,188 @@
+"""The loopback Responses fixture: scripting, recording and configuration helpers."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dsh_contract_tests.fixtures.responses import (
+    CommentaryThenAnswer,
+    FunctionCall,
+    Hold,
+    HttpError,
+    PlainAnswer,
+    ResponsesFixture,
+    TruncatedStream,
+    codex_keyless_env,
+    write_codex_config,
+)
+
+
+def _post(
+    fixture: ResponsesFixture, body: dict[str, Any], path: str = "/v1/responses"
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", fixture.port, timeout=10)
+    try:
+        conn.request(
+            "POST",
+            path,
+            body=json.dumps(body),
+            headers={"authorization": "Bearer sekrit", "content-type": "application/json"},
+        )
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+def _events(raw: bytes) -> list[dict[str, Any]]:
+    events = []
+    for line in raw.decode().splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            events.append(json.loads(line.removeprefix("data: ")))
+    return events
+
+
+def _texts(events: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    return [(item["content"][0]["text"], item.get("phase")) for item in done]
+
+
+def test_plain_answer_streams_the_full_lifecycle_and_records_the_request() -> None:
+    with ResponsesFixture([PlainAnswer("exact answer\n")]) as fixture:
+        status, headers, raw = _post(
+            fixture, {"model": "m1", "input": [{"content": [{"text": "T"}]}]}
+        )
+        assert fixture.base_url == f"http://127.0.0.1:{fixture.port}/v1"
+    assert status == 200
+    assert headers["content-type"] == "text/event-stream"
+    events = _events(raw)
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert raw.endswith(b"data: [DONE]\n\n")
+    assert _texts(events) == [("exact answer\n", None)]
+    (request,) = fixture.requests
+    assert (request.method, request.path, request.bearer_token) == (
+        "POST",
+        "/v1/responses",
+        "sekrit",
+    )
+    assert request.model == "m1"
+    assert request.input_texts() == ["T"]
+
+
+def test_commentary_then_answer_carries_phases() -> None:
+    with ResponsesFixture([CommentaryThenAnswer("thinking", "final")]) as fixture:
+        _, _, raw = _post(fixture, {})
+    assert _texts(_events(raw)) == [("thinking", "commentary"), ("final", "final_answer")]
+
+
+def test_function_call_picks_the_first_advertised_candidate_then_next_behaviour() -> None:
+    call = FunctionCall((("shell_command", {"command": "x"}), ("exec_command", {"cmd": "y"})))
+    tools = {"tools": [{"type": "function", "name": "exec_command"}, {"type": "web_search"}]}
+    with ResponsesFixture([call, PlainAnswer("after")]) as fixture:
+        _, _, first = _post(fixture, tools)
+        _, _, second = _post(fixture, tools)
+    done = [e for e in _events(first) if e["type"] == "response.output_item.done"]
+    assert done[0]["item"]["name"] == "exec_command"
+    assert json.loads(done[0]["item"]["arguments"]) == {"cmd": "y"}
+    assert _texts(_events(second)) == [("after", None)]
+
+
+def test_function_call_without_an_advertised_tool_is_a_500() -> None:
+    with ResponsesFixture([FunctionCall((("nope", {}),))]) as fixture:
+        status, _, raw = _post(fixture, {"tools": []})
+    assert status == 500
+    assert b"none of the fixture function calls was advertised" in raw
+
+
+def test_http_error_status_and_json_body() -> None:
+    with ResponsesFixture([HttpError(503, "busy")]) as fixture:
+        status, headers, raw = _post(fixture, {})
+    assert status == 503
+    assert headers["content-type"] == "application/json"
+    assert json.loads(raw) == {"error": {"message": "busy"}}
+
+
+def test_exhausted_script_and_unknown_path() -> None:
+    with ResponsesFixture() as fixture:
+        assert _post(fixture, {})[0] == 500
+        assert _post(fixture, {}, path="/v1/other")[0] == 404
+        assert [r.path for r in fixture.requests] == ["/v1/responses", "/v1/other"]
+
+
+def test_truncated_stream_never_completes() -> None:
+    with ResponsesFixture([TruncatedStream("half")]) as fixture:
+        _, _, raw = _post(fixture, {})
+    types = [e["type"] for e in _events(raw)]
+    assert "response.completed" not in types
+    assert b"[DONE]" not in raw
+    assert types[0] == "response.created"
+
+
+def test_hold_waits_for_release_then_completes() -> None:
+    results: list[bytes] = []
+    with ResponsesFixture([Hold(then=PlainAnswer("released"))]) as fixture:
+        worker = threading.Thread(target=lambda: results.append(_post(fixture, {})[2]))
+        worker.start()
+        fixture.wait_for_hold(timeout=10)
+        assert fixture.holding == 1
+        assert results == []
+        fixture.release()
+        worker.join(timeout=10)
+    assert _texts(_events(results[0])) == [("released", None)]
+
+
+def test_close_truncates_a_held_stream() -> None:
+    results: list[bytes] = []
+    fixture = ResponsesFixture([Hold(then=PlainAnswer("never"))]).start()
+    worker = threading.Thread(target=lambda: results.append(_post(fixture, {})[2]))
+    worker.start()
+    fixture.wait_for_hold(timeout=10)
+    fixture.close()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    assert b"never" not in results[0]
+    fixture.close()  # idempotent
+
+
+def test_wait_for_requests_times_out() -> None:
+    with ResponsesFixture() as fixture, pytest.raises(TimeoutError):
+        fixture.wait_for_requests(1, timeout=0.05)
+
+
+def test_codex_config_is_keyless_and_retry_free(tmp_path: Path) -> None:
+    path = write_codex_config(tmp_path / "ch", "http://127.0.0.1:9/v1", model="mx", env_key="K")
+    config = tomllib.loads(path.read_text())
+    assert config["model"] == "mx"
+    assert config["model_provider"] == "fixture"
+    provider = config["model_providers"]["fixture"]
+    assert provider["base_url"] == "http://127.0.0.1:9/v1"
+    assert provider["env_key"] == "K"
+    assert provider["wire_api"] == "responses"
+    assert (provider["request_max_retries"], provider["stream_max_retries"]) == (0, 0)
+    assert config["features"]["plugins"] is False
+    assert config["analytics"]["enabled"] is False
+    assert config["check_for_update_on_startup"] is False
+
+
+def test_keyless_env_isolates_every_home(tmp_path: Path) -> None:
+    env = codex_keyless_env(tmp_path, api_key="k1", env_key="MY_KEY")
+    assert env["MY_KEY"] == "k1"
+    for name in ("HOME", "CODEX_HOME", "TMPDIR", "XDG_CONFIG_HOME"):
+        assert Path(env[name]).is_dir()
+        assert Path(env[name]).is_relative_to(tmp_path)
+    assert env["NO_PROXY"] == "127.0.0.1,localhost"
