@@ -1,0 +1,212 @@
+"""The Loader: profile → resolved entry points → validated, constructed, unstarted providers.
+
+Loading is pure composition. It imports the named provider classes, validates each
+``config`` table with the class's ``Config`` model, constructs ``Provider(config)`` and
+checks the tool rows. It starts no product process: a provider's constructor validates
+nothing further and starts nothing (architecture contract), and nothing here spawns.
+Every problem found is reported at once, each naming its row and field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsh_subagent import SubagentProvider
+from pydantic import BaseModel, ValidationError
+
+from dsh_cli.discovery import EntryPointDiscovery, ProviderDiscovery
+from dsh_cli.errors import ProfileError
+from dsh_cli.profile import Profile, ToolRow, describe_validation_error, read_profile
+
+__all__ = ["JOB_TOOL_NAMES", "Composition", "LoadedProvider", "compose", "load_profile"]
+
+JOB_TOOL_NAMES = ("job_output", "job_list", "job_kill")
+"""The generic Job control tools bound when the profile's ``[jobs]`` table asks for them."""
+
+
+@dataclass(frozen=True)
+class LoadedProvider:
+    """One constructed, unstarted provider instance.
+
+    Attributes:
+        row: 1-based row number in the profile's ``providers`` array.
+        type: The entry-point name the row asked for.
+        origin: ``module:attr`` (and distribution) the class came from.
+        config: The validated ``Config`` instance.
+        provider: The constructed provider; nothing has been started.
+    """
+
+    row: int
+    type: str
+    origin: str
+    config: BaseModel
+    provider: SubagentProvider
+
+    @property
+    def name(self) -> str:
+        """The registry name (``provider_name``)."""
+        return self.provider.name
+
+
+@dataclass(frozen=True)
+class Composition:
+    """What a profile composes: providers in profile order, tool rows, job controls."""
+
+    source: str
+    providers: tuple[LoadedProvider, ...]
+    tools: tuple[ToolRow, ...]
+    job_tools: bool
+
+    def provider(self, name: str) -> LoadedProvider:
+        """The instance registered as ``name``.
+
+        Raises:
+            KeyError: no such instance.
+        """
+        for loaded in self.providers:
+            if loaded.name == name:
+                return loaded
+        raise KeyError(name)
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        """Every model-visible tool name: subagent tools in order, then job tools."""
+        names = tuple(tool.name for tool in self.tools)
+        return names + JOB_TOOL_NAMES if self.job_tools else names
+
+
+def _row_label(index: int, ident: str | None) -> str:
+    return f"providers row {index}" + (f" ({ident!r})" if ident else "")
+
+
+def _resolve_class(
+    row_no: int, row_type: str, ident: str | None, discovery: ProviderDiscovery
+) -> tuple[type[SubagentProvider], str] | str:
+    """The provider class for ``row_type``, or a problem line."""
+    where = f"{_row_label(row_no, ident)} field 'type'"
+    candidates = discovery.candidates(row_type)
+    if not candidates:
+        installed = ", ".join(discovery.names()) or "none"
+        return f"{where}: no provider named {row_type!r} is installed (installed: {installed})"
+    if len(candidates) > 1:
+        listed = "; ".join(c.describe() for c in candidates)
+        return f"{where}: provider name {row_type!r} is ambiguous, advertised by: {listed}"
+    candidate = candidates[0]
+    try:
+        obj = candidate.load()
+    except Exception as exc:  # an import failure is a profile problem, reported with the row
+        return f"{where}: provider {row_type!r} ({candidate.describe()}) failed to import: {exc!r}"
+    if not (isinstance(obj, type) and issubclass(obj, SubagentProvider)):
+        return f"{where}: {candidate.describe()} is not a SubagentProvider class"
+    config_model = getattr(obj, "Config", None)
+    if not (isinstance(config_model, type) and issubclass(config_model, BaseModel)):
+        return f"{where}: {candidate.describe()} has no pydantic `Config` class attribute"
+    return obj, candidate.describe()
+
+
+def compose(
+    profile: Profile,
+    *,
+    source: str = "<profile>",
+    discovery: ProviderDiscovery | None = None,
+) -> Composition:
+    """Resolve, validate and construct every provider and check every tool row.
+
+    Args:
+        profile: A parsed profile.
+        source: Profile label used in error messages (usually its path).
+        discovery: Where provider classes come from; defaults to installed entry points.
+
+    Raises:
+        ProfileError: listing every problem, each naming its row and field.
+    """
+    discovery = discovery if discovery is not None else EntryPointDiscovery()
+    problems: list[str] = []
+    loaded: list[LoadedProvider] = []
+    first_row_of: dict[str, int] = {}
+    raw_rows = {"providers": [row.model_dump() for row in profile.providers]}
+    for index, row in enumerate(profile.providers, start=1):
+        ident = row.provider_name or row.type
+        if "provider_name" in row.config:
+            problems.append(
+                f"{_row_label(index, ident)} field 'config.provider_name': set provider_name "
+                "on the row itself, not inside config"
+            )
+            continue
+        resolved = _resolve_class(index, row.type, ident, discovery)
+        if isinstance(resolved, str):
+            problems.append(resolved)
+            continue
+        cls, origin = resolved
+        raw_config: dict[str, Any] = dict(row.config)
+        if row.provider_name is not None:
+            raw_config["provider_name"] = row.provider_name
+        try:
+            config = cls.Config.model_validate(raw_config)  # type: ignore[attr-defined]
+        except ValidationError as exc:
+            lines = describe_validation_error(
+                exc, prefix=("providers", index - 1, "config"), raw=raw_rows
+            )
+            # provider_name came from the row, so its problems point at the row's field.
+            problems.extend(
+                line.replace("field 'config.provider_name'", "field 'provider_name'")
+                for line in lines
+            )
+            continue
+        provider = cls(config)  # type: ignore[call-arg]
+        name = provider.name
+        if name in first_row_of:
+            problems.append(
+                f"{_row_label(index, name)} field 'provider_name': duplicate provider name "
+                f"{name!r} (already used by providers row {first_row_of[name]}); "
+                "give each instance its own provider_name"
+            )
+            continue
+        first_row_of[name] = index
+        loaded.append(LoadedProvider(index, row.type, origin, config, provider))
+
+    problems.extend(_check_tools(profile, first_row_of))
+    if problems:
+        raise ProfileError(source, problems)
+    return Composition(source, tuple(loaded), profile.tools, profile.job_tools)
+
+
+def _check_tools(profile: Profile, instances: Mapping[str, int]) -> Sequence[str]:
+    problems = []
+    seen: dict[str, int] = {}
+    reserved = set(JOB_TOOL_NAMES) if profile.job_tools else set()
+    for index, tool in enumerate(profile.tools, start=1):
+        where = f"tools row {index} ({tool.name!r})"
+        if tool.name in seen:
+            problems.append(
+                f"{where} field 'name': duplicate tool name (already used by tools row "
+                f"{seen[tool.name]})"
+            )
+        elif tool.name in reserved:
+            problems.append(f"{where} field 'name': {tool.name!r} is a job control tool name")
+        else:
+            seen[tool.name] = index
+        if tool.provider not in instances:
+            known = ", ".join(instances) or "none"
+            problems.append(
+                f"{where} field 'provider': no provider instance named {tool.provider!r} "
+                f"(instances: {known})"
+            )
+        if tool.background_mode == "one-shot" and not profile.job_tools:
+            problems.append(
+                f"{where} field 'background_mode': 'one-shot' needs the job control tools; "
+                'add a [jobs] table or set background_mode = "disabled"'
+            )
+    return problems
+
+
+def load_profile(path: str | Path, *, discovery: ProviderDiscovery | None = None) -> Composition:
+    """Read a TOML profile and compose it (see :func:`compose`).
+
+    Raises:
+        ProfileError: the file is unreadable or invalid, naming rows and fields.
+    """
+    return compose(read_profile(path), source=str(path), discovery=discovery)
