@@ -75,7 +75,10 @@ class EntryPointDiscovery:
 
 
 def _returner(obj: object) -> Callable[[], object]:
-    return lambda: obj
+    def load() -> object:
+        return obj
+
+    return load
 
 
 class StaticDiscovery:
