@@ -90,7 +90,7 @@ class StaticDiscovery:
     def candidates(self, name: str) -> Sequence[ProviderCandidate]:
         """One candidate per registered class."""
         return tuple(
-            ProviderCandidate(name, f"{cls.__module__}:{cls.__qualname__}", None, (lambda c=cls: c))
+            ProviderCandidate(name, f"{cls.__module__}:{cls.__qualname__}", None, _returner(cls))
             for cls in self._providers.get(name, ())
         )
 
