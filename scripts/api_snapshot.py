@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import importlib
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -28,11 +29,15 @@ DISTRIBUTIONS = {
 }
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
 def _signature(obj: object) -> str:
     try:
-        return str(inspect.signature(obj))  # type: ignore[arg-type]
+        text = str(inspect.signature(obj))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return "(...)"
+    return _ADDRESS.sub("", text)  # default values that are objects print their address
 
 
 def _annotation(annotation: object) -> str:
