@@ -1,0 +1,34 @@
+"""SpawnCounter: the evidence the Loader tier relies on must itself be able to fail."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from dsh_cli.spawnguard import SpawnAttemptError, SpawnCounter
+
+
+def test_counts_a_real_spawn_and_restores_the_originals() -> None:
+    original = subprocess.Popen.__init__  # noqa: TID251 (identity check only)
+    with SpawnCounter() as counter:
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert counter.count == 1
+    assert counter.attempts[0][0] == "subprocess.Popen"
+    assert subprocess.Popen.__init__ is original  # noqa: TID251 (identity check only)
+
+
+def test_forbidding_counter_refuses_before_anything_starts() -> None:
+    with SpawnCounter(forbid=True) as counter, pytest.raises(SpawnAttemptError):
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert counter.count == 1
+
+
+def test_os_level_entry_points_are_counted() -> None:
+    with SpawnCounter(forbid=True) as counter:
+        with pytest.raises(SpawnAttemptError):
+            os.system("true")
+        with pytest.raises(SpawnAttemptError):
+            os.posix_spawn(sys.executable, [sys.executable, "-c", "pass"], os.environ)
+    assert [entry for entry, _ in counter.attempts] == ["os.system", "os.posix_spawn"]
