@@ -1,12 +1,21 @@
 """dsh-subagent: the provider-neutral delegation contract."""
 
 from dsh_subagent.cancel import CancelController, CancelSignal
+from dsh_subagent.diagnostics import (
+    DIAGNOSTIC_TRUNCATED_SUFFIX,
+    MAX_SUBAGENT_DIAGNOSTIC_BYTES,
+    ProductFailure,
+    format_product_failure,
+    limit_diagnostic,
+)
 from dsh_subagent.errors import (
     ProductStartError,
     ProductTeardownError,
     SubagentError,
     SubagentErrorCode,
 )
+from dsh_subagent.run_handle import SubprocessRunHandle
+from dsh_subagent.settlement import LocalCancellation, settle_run_result
 from dsh_subagent.types import (
     ABORTED,
     COMPLETED,
@@ -30,12 +39,20 @@ from dsh_subagent.types import (
     ToolFilter,
     text_of,
 )
+from dsh_subagent.workdir import (
+    assert_positive_finite,
+    assert_usable_cwd,
+    resolve_child_cwd,
+    validate_configured_cwd,
+)
 
 __all__ = [
     "ABORTED",
     "COMPLETED",
+    "DIAGNOSTIC_TRUNCATED_SUFFIX",
     "ERROR",
     "KNOWN_STOP_REASONS",
+    "MAX_SUBAGENT_DIAGNOSTIC_BYTES",
     "MAX_TOKENS",
     "NO_START_CAPABILITIES",
     "REFUSAL",
@@ -44,7 +61,9 @@ __all__ = [
     "CancelController",
     "CancelSignal",
     "ContentBlock",
+    "LocalCancellation",
     "ParentContext",
+    "ProductFailure",
     "ProductStartError",
     "ProductTeardownError",
     "ResolvedSubagentStartRequest",
@@ -56,7 +75,15 @@ __all__ = [
     "SubagentResult",
     "SubagentRun",
     "SubagentStartRequest",
+    "SubprocessRunHandle",
     "TextBlock",
     "ToolFilter",
+    "assert_positive_finite",
+    "assert_usable_cwd",
+    "format_product_failure",
+    "limit_diagnostic",
+    "resolve_child_cwd",
+    "settle_run_result",
     "text_of",
+    "validate_configured_cwd",
 ]
