@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class AlphaConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     provider_name: Annotated[str, Field(min_length=1)] = "alpha"
+    env: dict[str, str | None] = Field(default_factory=dict)
     mode: Literal["never", "always"] = "never"
     model: Annotated[str, Field(min_length=1)] | None = None
 
@@ -258,3 +259,29 @@ def test_profile_file_errors_are_readable(tmp_path: Path) -> None:
     with pytest.raises(ProfileError) as info:
         load_profile(wrong, discovery=DISCOVERY)
     assert str(info.value).startswith(f"{wrong}: field 'providers'")
+
+
+def test_pass_env_copies_only_set_host_variables_into_config_env() -> None:
+    profile = parse_profile(
+        {
+            "providers": [
+                {
+                    "type": "alpha",
+                    "pass_env": ["HOST_KEY", "ABSENT_KEY"],
+                    "config": {"env": {"EXPLICIT": "1"}},
+                }
+            ]
+        }
+    )
+    comp = compose(profile, discovery=DISCOVERY, host_env={"HOST_KEY": "k", "OTHER": "x"})
+    config = comp.providers[0].config
+    assert isinstance(config, AlphaConfig)
+    assert config.env == {"EXPLICIT": "1", "HOST_KEY": "k"}
+
+
+def test_pass_env_name_also_in_config_env_is_refused() -> None:
+    profile = parse_profile(
+        {"providers": [{"type": "alpha", "pass_env": ["K"], "config": {"env": {"K": "v"}}}]}
+    )
+    with pytest.raises(ProfileError, match=r"field 'pass_env': 'K' is also set in config\.env"):
+        compose(profile, discovery=DISCOVERY, host_env={"K": "host"})

@@ -9,6 +9,7 @@ Every problem found is reported at once, each naming its row and field.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,7 @@ def compose(
     *,
     source: str = "<profile>",
     discovery: ProviderDiscovery | None = None,
+    host_env: Mapping[str, str] | None = None,
 ) -> Composition:
     """Resolve, validate and construct every provider and check every tool row.
 
@@ -119,11 +121,13 @@ def compose(
         profile: A parsed profile.
         source: Profile label used in error messages (usually its path).
         discovery: Where provider classes come from; defaults to installed entry points.
+        host_env: Where ``pass_env`` names are read; defaults to ``os.environ``.
 
     Raises:
         ProfileError: listing every problem, each naming its row and field.
     """
     discovery = discovery if discovery is not None else EntryPointDiscovery()
+    host = os.environ if host_env is None else host_env
     problems: list[str] = []
     loaded: list[LoadedProvider] = []
     first_row_of: dict[str, int] = {}
@@ -144,6 +148,20 @@ def compose(
         raw_config: dict[str, Any] = dict(row.config)
         if row.provider_name is not None:
             raw_config["provider_name"] = row.provider_name
+        if row.pass_env:
+            env = raw_config.get("env", {})
+            clash = [name for name in row.pass_env if isinstance(env, Mapping) and name in env]
+            if clash or not isinstance(env, Mapping):
+                problems.append(
+                    f"{_row_label(index, ident)} field 'pass_env': "
+                    + (
+                        f"{clash[0]!r} is also set in config.env"
+                        if clash
+                        else "config.env is not a table"
+                    )
+                )
+                continue
+            raw_config["env"] = {**env, **{n: host[n] for n in row.pass_env if n in host}}
         try:
             config = cls.Config.model_validate(raw_config)  # type: ignore[attr-defined]
         except ValidationError as exc:

@@ -6,6 +6,7 @@ reach the model. Shape::
     [[providers]]
     type = "codex"                 # entry-point name in the ``dsh.subagent.providers`` group
     provider_name = "codex-fast"   # registry name; defaults to the provider's own default
+    pass_env = ["OPENAI_API_KEY"]  # copied from the host into config.env when set
     [providers.config]             # validated by the provider class's ``Config`` model
     model = "gpt-5.4-mini"
 
@@ -58,6 +59,8 @@ class ProviderRow(BaseModel):
     """Registry name of this instance; omitted → the provider's default (its entry-point name)."""
     config: dict[str, Any] = Field(default_factory=dict)
     """The provider's configuration, validated by its ``Config`` model at load."""
+    pass_env: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], ...] = ()
+    """Host variables copied into ``config.env`` at load when set (keys stay out of profiles)."""
 
 
 class ToolRow(BaseModel):
