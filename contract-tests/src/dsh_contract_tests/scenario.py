@@ -1,0 +1,154 @@
+"""What the kit asks of the child, and what it hands the provider author's factory.
+
+Per-run behaviour travels inside the task text as one directive line, so one provider
+instance can serve runs that behave differently (the concurrency rule needs that) and
+so a loopback model fixture can read it straight out of the request body it receives::
+
+    dsh-contract/1 hold T-3f9a0c
+
+The author's scripted child (or model fixture) finds it with :func:`find_directive`
+and then: ``complete`` answers exactly the token; ``fail`` fails the product with the
+planted raw error text and stderr line; ``hold`` keeps working until cancelled (and,
+where it can, first signals :meth:`ChildSetup.ready_path`).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets as _secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from dsh_subagent import SubagentProvider
+
+__all__ = [
+    "DIRECTIVE_PREFIX",
+    "ENV_ERROR_TEXT",
+    "ENV_READY_DIR",
+    "ENV_STDERR_TEXT",
+    "Behaviour",
+    "ChildSetup",
+    "Directive",
+    "PlantedSecrets",
+    "ProductHome",
+    "ProviderFactory",
+    "find_directive",
+    "new_token",
+]
+
+Behaviour = Literal["complete", "fail", "hold"]
+
+DIRECTIVE_PREFIX = "dsh-contract/1"
+_DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]{6,32})")
+
+ENV_READY_DIR = "DSH_CONTRACT_READY_DIR"
+"""Overlay variable: directory where a holding child creates a file named by its token."""
+ENV_STDERR_TEXT = "DSH_CONTRACT_STDERR_TEXT"
+"""Overlay variable: the line a failing child writes to stderr (a planted secret)."""
+ENV_ERROR_TEXT = "DSH_CONTRACT_ERROR_TEXT"
+"""Overlay variable: the raw error text a failing child reports (a planted secret)."""
+
+
+def new_token() -> str:
+    """A fresh run token: the exact answer of a ``complete`` run and the ready-file name."""
+    return f"T-{_secrets.token_hex(6)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Directive:
+    """One run's requested behaviour."""
+
+    behaviour: Behaviour
+    token: str
+
+    @property
+    def line(self) -> str:
+        """The directive as it appears in the task text."""
+        return f"{DIRECTIVE_PREFIX} {self.behaviour} {self.token}"
+
+
+def find_directive(text: str) -> Directive | None:
+    """Find the kit's directive anywhere in ``text`` (task text or a raw request body)."""
+    match = _DIRECTIVE.search(text)
+    if match is None:
+        return None
+    behaviour: Behaviour = match.group(1)  # type: ignore[assignment]
+    return Directive(behaviour, match.group(2))
+
+
+@dataclass(frozen=True, slots=True)
+class PlantedSecrets:
+    """Values that must never reach a diagnostic, an output or a lifecycle event."""
+
+    task: str
+    path: str
+    env_value: str
+    stderr: str
+    raw_error: str
+
+    def all(self) -> dict[str, str]:
+        """The secrets by channel name."""
+        return {
+            "task text": self.task,
+            "path": self.path,
+            "env value": self.env_value,
+            "stderr line": self.stderr,
+            "raw error": self.raw_error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ProductHome:
+    """Temporary per-test product homes; the kit layers them into :attr:`ChildSetup.env`."""
+
+    home: Path
+    codex_home: Path
+    claude_config_dir: Path
+    tmpdir: Path
+
+    def env(self) -> dict[str, str]:
+        """``HOME``, ``CODEX_HOME``, ``CLAUDE_CONFIG_DIR`` and ``TMPDIR``."""
+        return {
+            "HOME": str(self.home),
+            "CODEX_HOME": str(self.codex_home),
+            "CLAUDE_CONFIG_DIR": str(self.claude_config_dir),
+            "TMPDIR": str(self.tmpdir),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSetup:
+    """Everything the author's factory needs to build one provider instance.
+
+    Attributes:
+        env: The overlay to configure *explicitly* on the provider (its ``env``
+            configuration): temporary homes, the ready directory, the failure texts and
+            the credential-shaped overlay variable the env rule looks for.
+        cwd_override: The provider's configured cwd override, or ``None`` for none.
+        home: The temporary product homes (also present in ``env``).
+        ready_dir: Where a holding child signals it reached its hold point.
+        scratch: A private directory the factory may use (product config files, ...).
+        secrets: Planted secrets of the secret rule; ``None`` in the other rules.
+        error_text: What a ``fail`` child reports as its raw error.
+        stderr_text: What a ``fail`` child writes to stderr.
+    """
+
+    env: Mapping[str, str]
+    cwd_override: str | None
+    home: ProductHome
+    ready_dir: Path
+    scratch: Path
+    error_text: str
+    stderr_text: str
+    secrets: PlantedSecrets | None = None
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    def ready_path(self, token: str) -> Path:
+        """The file a holding run with ``token`` creates when it reached its hold point."""
+        return self.ready_dir / token
+
+
+ProviderFactory = Callable[[ChildSetup], SubagentProvider]
+"""What the author's ``provider_factory`` fixture returns."""
