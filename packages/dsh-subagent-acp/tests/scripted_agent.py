@@ -1,0 +1,207 @@
+"""A scripted ACP agent: the real ``acp`` library on the agent side, driven by a JSON script.
+
+Run as ``python scripted_agent.py <script.json>``. Every frame it sends or receives is
+appended to the script's ``record`` file (JSON lines) together with its pid, cwd and
+environment, so tests assert on what the agent actually saw.
+
+Script keys (all optional except where a test needs them):
+
+* ``record``: path of the JSON-lines record file.
+* ``on_eof``: ``"exit"`` (default, exit 0 when stdin ends) or ``"ignore"`` (keep running,
+  as codex-acp and claude-agent-acp do).
+* ``trap_term``: ignore SIGTERM (only SIGKILL ends it).
+* ``grandchild``: start ``sleep 300`` in its own session (``setsid``) at startup, the way
+  claude-agent-acp's Bash tool escapes the process group.
+* ``initialize`` / ``session_new``: an action, ``{"do": ...}`` with ``ok`` (default),
+  ``exit`` (+``code``), ``signal`` (+``signal``), ``error`` (+``message``), ``malformed``,
+  ``hang``, ``no_session_id`` (session_new only), ``protocol_version`` (+``value``,
+  initialize only).
+* ``prompt``: a list of steps run in order, then ``{"stop": "end_turn"}`` by default:
+  ``chunk``, ``thought``, ``image_chunk``, ``foreign_chunk`` (text for another session),
+  ``permission`` (list of options; a ``cancelled`` answer ends the turn ``cancelled``),
+  ``request`` (+``params``: any client method, result or error recorded),
+  ``wait_cancel`` (wait for ``session/cancel``, then end ``cancelled``; with
+  ``"then": "hang"`` keep hanging), ``hang``, ``exit``, ``signal``, ``malformed``,
+  ``error`` (JSON-RPC error with the given text), ``stop`` (the stop reason).
+"""
+
+from __future__ import annotations
+
+import asyncio  # noqa: TID251 - the acp library's agent side is asyncio-only
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any, cast
+
+import acp
+from acp import RequestError
+from acp.connection import StreamEvent
+from acp.schema import (
+    AgentCapabilities,
+    ImageContentBlock,
+    InitializeResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PromptResponse,
+    ToolCallUpdate,
+)
+
+SCRIPT: dict[str, Any] = {}
+
+
+def record(event: str, **fields: Any) -> None:
+    path = SCRIPT.get("record")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"event": event, **fields}) + "\n")
+
+
+def observe(event: StreamEvent) -> None:
+    record("frame", direction=event.direction.value, message=event.message)
+
+
+def die(action: dict[str, Any]) -> None:
+    """Carry out a terminal action (exit, signal, malformed output); may not return."""
+    sys.stdout.flush()
+    kind = action.get("do") or next(iter(action))
+    if kind == "exit":
+        os._exit(int(action.get("code", action.get("exit", 0))))
+    if kind == "signal":
+        name = str(action.get("signal", "SIGKILL"))
+        os.kill(os.getpid(), getattr(signal, name))
+    if kind == "malformed":
+        os.write(1, str(action.get("malformed", "this is not a JSON-RPC frame")).encode() + b"\n")
+
+
+class ScriptedAgent:
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.cancelled = asyncio.Event()
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def _startup_action(self, key: str) -> None:
+        action: dict[str, Any] = SCRIPT.get(key) or {"do": "ok"}
+        kind = action.get("do", "ok")
+        if kind in ("exit", "signal", "malformed"):
+            die(action)
+            if kind == "malformed":
+                await asyncio.Event().wait()
+        if kind == "hang":
+            await asyncio.Event().wait()
+        if kind == "error":
+            raise RequestError(
+                -32603, str(action.get("message", "boom")), {"details": action.get("message")}
+            )
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        await self._startup_action("initialize")
+        action = SCRIPT.get("initialize") or {}
+        version = (
+            int(action.get("value", acp.PROTOCOL_VERSION))
+            if action.get("do") == "protocol_version"
+            else acp.PROTOCOL_VERSION
+        )
+        return InitializeResponse(protocol_version=version, agent_capabilities=AgentCapabilities())
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> Any:
+        await self._startup_action("session_new")
+        if (SCRIPT.get("session_new") or {}).get("do") == "no_session_id":
+            return {"sessionIdentifier": "nope"}
+        return NewSessionResponse(session_id=f"scripted-session-{os.getpid()}")
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self.cancelled.set()
+
+    async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
+        stop = "end_turn"
+        for step in SCRIPT.get("prompt", []):
+            if "chunk" in step:
+                await self.conn.session_update(
+                    session_id, acp.update_agent_message_text(step["chunk"])
+                )
+            elif "thought" in step:
+                await self.conn.session_update(
+                    session_id, acp.update_agent_thought_text(step["thought"])
+                )
+            elif "image_chunk" in step:
+                block = ImageContentBlock(type="image", data="AAAA", mime_type="image/png")
+                await self.conn.session_update(session_id, acp.update_agent_message(block))
+            elif "foreign_chunk" in step:
+                update = acp.update_agent_message_text(step["foreign_chunk"])
+                await self.conn.session_update("some-other-session", update)
+            elif "permission" in step:
+                options = [
+                    PermissionOption.model_validate({"name": o["optionId"], **o})
+                    for o in step["permission"]
+                ]
+                tool_call = ToolCallUpdate(
+                    tool_call_id="call_1", title="rm -rf /tmp/x", kind="execute"
+                )
+                response = await self.conn.request_permission(
+                    session_id=session_id, tool_call=tool_call, options=options
+                )
+                outcome = response.outcome.model_dump(by_alias=True, exclude_none=True)
+                record("permission_outcome", outcome=outcome)
+                if outcome["outcome"] == "cancelled":
+                    return PromptResponse(stop_reason="cancelled")
+            elif "request" in step:
+                try:
+                    result = await self.conn._conn.send_request(
+                        step["request"], step.get("params", {})
+                    )
+                    record("request_result", method=step["request"], result=result)
+                except RequestError as exc:
+                    record("request_error", method=step["request"], code=exc.code)
+            elif "wait_cancel" in step:
+                await self.cancelled.wait()
+                record("cancel_seen")
+                if step.get("then") == "hang":
+                    await asyncio.Event().wait()
+                return PromptResponse(stop_reason="cancelled")
+            elif "hang" in step:
+                await asyncio.Event().wait()
+            elif "error" in step:
+                raise RequestError(-32603, str(step["error"]), {"details": step["error"]})
+            elif "exit" in step or "signal" in step:
+                die(step)
+            elif "malformed" in step:
+                die(step)
+                await asyncio.Event().wait()
+            elif "stop" in step:
+                stop = step["stop"]
+        return PromptResponse(stop_reason=stop)
+
+
+def start_grandchild() -> int:
+    # Simulates a tool shell that calls setsid and so escapes the agent's process group.
+    child = subprocess.Popen(  # noqa: TID251 - the test agent is not dsh code
+        ["sleep", "300"],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return child.pid
+
+
+async def main() -> None:
+    grandchild = start_grandchild() if SCRIPT.get("grandchild") else None
+    record("started", pid=os.getpid(), cwd=os.getcwd(), env=dict(os.environ), grandchild=grandchild)
+    if SCRIPT.get("trap_term"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Duck-typed: the Agent protocol lists every optional method; unlisted ones are refused.
+    await acp.run_agent(cast(acp.Agent, ScriptedAgent()), observers=[observe])
+    record("stdin_eof")
+    if SCRIPT.get("on_eof") == "ignore":
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1], encoding="utf-8") as script_file:
+        SCRIPT.update(json.load(script_file))
+    asyncio.run(main())
