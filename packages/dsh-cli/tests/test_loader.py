@@ -285,3 +285,12 @@ def test_pass_env_name_also_in_config_env_is_refused() -> None:
     )
     with pytest.raises(ProfileError, match=r"field 'pass_env': 'K' is also set in config\.env"):
         compose(profile, discovery=DISCOVERY, host_env={"K": "host"})
+
+
+def test_jobs_config_is_validated_by_the_job_tools_model() -> None:
+    comp = _compose({"jobs": {"config": {"max_concurrent_jobs_per_owner": 3}}})
+    assert comp.jobs_config.max_concurrent_jobs_per_owner == 3
+    (problem,) = _problems({"jobs": {"config": {"max_concurrent_jobs_per_owner": 0}}})
+    assert problem.startswith("[jobs] field 'config.max_concurrent_jobs_per_owner':")
+    (problem,) = _problems({"jobs": {"config": {"bogus": 1}}})
+    assert problem == "[jobs] field 'config.bogus': unknown field"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh_subagent import SubagentProvider
+from dsh_tool_jobs.config import JobsToolsConfig
 from pydantic import BaseModel, ValidationError
 
 from dsh_cli.discovery import EntryPointDiscovery, ProviderDiscovery
@@ -60,6 +61,7 @@ class Composition:
     providers: tuple[LoadedProvider, ...]
     tools: tuple[ToolRow, ...]
     job_tools: bool
+    jobs_config: JobsToolsConfig
 
     def provider(self, name: str) -> LoadedProvider:
         """The instance registered as ``name``.
@@ -187,9 +189,18 @@ def compose(
         loaded.append(LoadedProvider(index, row.type, origin, config, provider))
 
     problems.extend(_check_tools(profile, first_row_of))
+    jobs_config = JobsToolsConfig()
+    if profile.jobs is not None:
+        try:
+            jobs_config = JobsToolsConfig.model_validate(profile.jobs.config)
+        except ValidationError as exc:
+            problems.extend(
+                line.replace("field 'config.", "[jobs] field 'config.")
+                for line in describe_validation_error(exc, prefix=("config",))
+            )
     if problems:
         raise ProfileError(source, problems)
-    return Composition(source, tuple(loaded), profile.tools, profile.job_tools)
+    return Composition(source, tuple(loaded), profile.tools, profile.job_tools, jobs_config)
 
 
 def _check_tools(profile: Profile, instances: Mapping[str, int]) -> Sequence[str]:

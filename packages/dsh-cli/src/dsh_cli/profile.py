@@ -17,6 +17,7 @@ reach the model. Shape::
 
     [jobs]                         # optional: omit or set tools = false to bind no job tools
     tools = true
+    config = { max_concurrent_jobs_per_owner = 4 }
 
 Parsing here checks only the profile's own shape; the Loader validates each ``config``
 table against its provider's model once the entry point is resolved.
@@ -81,6 +82,8 @@ class JobsSection(BaseModel):
     model_config = _FROZEN
     tools: bool = True
     """Bind the three job control tools."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Job tool and registry settings, validated by ``dsh_tool_jobs.JobsToolsConfig``."""
 
 
 class Profile(BaseModel):
