@@ -1,0 +1,32 @@
+"""The fixed app-server command, from the pinned ``openai-codex-cli-bin`` wheel only."""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["APP_SERVER_ARGS", "PINNED_CODEX_VERSION", "codex_app_server_argv"]
+
+PINNED_CODEX_VERSION: Final = "0.163.0"
+"""The ``openai-codex-cli-bin`` version this provider's mapping and evidence belong to."""
+
+APP_SERVER_ARGS: Final = ("app-server", "--listen", "stdio://")
+"""The documented stdio listener of the pinned binary (``--stdio`` is an undocumented
+alias there). The argv never carries a model, a permission mode or task text."""
+
+
+def codex_app_server_argv() -> tuple[str, ...]:
+    """The app-server argv: the pinned wheel's native binary plus :data:`APP_SERVER_ARGS`.
+
+    The native binary is spawned directly (no Node shim, whose SIGKILL would orphan the
+    real process) and never looked up on ``PATH``.
+
+    Raises:
+        FileNotFoundError: The wheel or its binary payload is missing or damaged (no
+            fallback exists; the first delegation fails at ``initialize``).
+    """
+    try:
+        import codex_cli_bin  # type: ignore[import-untyped]  # the wheel ships no py.typed
+    except ImportError as exc:
+        raise FileNotFoundError("openai-codex-cli-bin is not installed") from exc
+    path: object = codex_cli_bin.bundled_codex_path()
+    return (str(path), *APP_SERVER_ARGS)
