@@ -1,0 +1,273 @@
+"""The ``dsh`` command: ``check``, ``tools``, ``run`` and ``demo``.
+
+Exit status of ``dsh run`` (derived from the run's stop reason):
+
+====  ==================================================
+0     ``completed``
+1     ``error`` or any unknown stop reason; the run could not start
+2     usage or profile error (nothing was started)
+3     ``max-tokens``
+4     ``refusal``
+130   ``aborted`` (Ctrl-C / SIGTERM cancelled the run)
+====  ==================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any, Final, TextIO
+
+import anyio
+from dsh_subagent import (
+    ABORTED,
+    COMPLETED,
+    ERROR,
+    MAX_TOKENS,
+    REFUSAL,
+    CancelController,
+    ParentContext,
+    SubagentError,
+    SubagentResult,
+)
+
+from dsh_cli.errors import DshCliError, UsageError
+from dsh_cli.loader import Composition, load_profile
+from dsh_cli.runtime import delegate, open_runtime, validate_task
+from dsh_cli.spawnguard import SpawnCounter
+
+__all__ = ["EXIT_CODES", "exit_code_for", "main"]
+
+EXIT_CODES: Final = {COMPLETED: 0, ERROR: 1, MAX_TOKENS: 3, REFUSAL: 4, ABORTED: 130}
+EXIT_USAGE: Final = 2
+EXIT_START_FAILED: Final = 1
+
+_HEADLINES: Final = {
+    ABORTED: "subagent run was cancelled",
+    ERROR: "subagent run failed",
+    MAX_TOKENS: "subagent run hit its token limit before finishing",
+    REFUSAL: "subagent declined the task",
+}
+
+
+def exit_code_for(stop_reason: str) -> int:
+    """The process exit status for a stop reason (unknown reasons are failures)."""
+    return EXIT_CODES.get(stop_reason, 1)
+
+
+def _describe_config(config: Any) -> str:
+    data = config.model_dump(mode="json")
+    parts = []
+    for key, value in data.items():
+        if key == "provider_name":
+            continue
+        if key == "env" and isinstance(value, dict):
+            # Values may be credentials: show names only.
+            value = sorted(value)
+        parts.append(f"{key}={value!r}")
+    return " ".join(parts)
+
+
+def render_check(composition: Composition, spawned: int, out: TextIO) -> None:
+    """Human-readable composition summary for ``dsh check``."""
+    print(f"profile: {composition.source}", file=out)
+    print(f"instances ({len(composition.providers)}):", file=out)
+    for loaded in composition.providers:
+        caps = loaded.provider.capabilities
+        flags = [name for name in caps.__dataclass_fields__ if getattr(caps, name)]
+        print(f"  {loaded.name}  [type {loaded.type}, row {loaded.row}] {loaded.origin}", file=out)
+        print(f"    config: {_describe_config(loaded.config)}", file=out)
+        print(
+            f"    capabilities: {', '.join(flags) or 'none'}; inherits parent context: "
+            f"{'yes' if loaded.provider.inherits_parent_context else 'no'}",
+            file=out,
+        )
+    print(f"tools ({len(composition.tool_names)}):", file=out)
+    for tool in composition.tools:
+        print(f"  {tool.name} -> {tool.provider} (background: {tool.background_mode})", file=out)
+    if composition.job_tools:
+        print("  job_output, job_list, job_kill (job controls)", file=out)
+    print(f"product processes started: {spawned}", file=out)
+
+
+def _load(profile: str) -> tuple[Composition, int]:
+    with SpawnCounter(forbid=True) as counter:
+        composition = load_profile(profile)
+    return composition, counter.count
+
+
+def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    composition, spawned = _load(args.profile)
+    render_check(composition, spawned, out)
+    return 0
+
+
+def _resolve_target(composition: Composition, target: str, instance: bool) -> str:
+    if not instance:
+        for tool in composition.tools:
+            if tool.name == target:
+                return tool.provider
+    names = [p.name for p in composition.providers]
+    if target in names:
+        return target
+    tools = ", ".join(t.name for t in composition.tools) or "none"
+    raise UsageError(
+        f"unknown {'instance' if instance else 'tool or instance'} {target!r} "
+        f"(tools: {tools}; instances: {', '.join(names) or 'none'})"
+    )
+
+
+async def _watch_signals(controller: CancelController, err: TextIO) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            if controller.signal.aborted:
+                print("dsh: still cancelling; waiting for the product to exit", file=err)
+                continue
+            name = signal.Signals(signum).name
+            print(f"dsh: {name}: cancelling the run", file=err)
+            controller.cancel(f"interrupted ({name})")
+
+
+async def _run_foreground(
+    composition: Composition, provider: str, task: str, cwd: str, err: TextIO
+) -> SubagentResult | None:
+    controller = CancelController()
+    parent = ParentContext(session_id="dsh-cli", cwd=cwd)
+    result: SubagentResult | None = None
+    async with open_runtime(composition) as runtime, anyio.create_task_group() as tg:
+        tg.start_soon(_watch_signals, controller, err)
+        try:
+            result = await delegate(
+                runtime, provider, task, parent=parent, cancel=controller.signal, label="dsh run"
+            )
+        except SubagentError as exc:
+            if not controller.signal.aborted:
+                print(f"dsh: {provider}: could not start: {exc}", file=err)
+                raise _StartFailed from exc
+        finally:
+            tg.cancel_scope.cancel()
+    return result
+
+
+class _StartFailed(Exception):
+    pass
+
+
+def _report(result: SubagentResult, provider: str, out: TextIO, err: TextIO) -> int:
+    if result.stop_reason == COMPLETED:
+        text = result.text
+        out.write(text if text.endswith("\n") else text + "\n")
+        print(f"dsh: {provider}: completed", file=err)
+        return 0
+    headline = _HEADLINES.get(
+        result.stop_reason, f"subagent run ended abnormally ({result.stop_reason})"
+    )
+    print(f"dsh: {provider}: {headline} (stop reason: {result.stop_reason})", file=err)
+    if result.diagnostic:
+        print(f"Diagnostic: {result.diagnostic}", file=err)
+    if result.text:
+        print("Partial output before the run ended:", file=err)
+        out.write(result.text if result.text.endswith("\n") else result.text + "\n")
+    return exit_code_for(result.stop_reason)
+
+
+def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    task = sys.stdin.read() if args.task == "-" else args.task
+    validate_task(task)
+    composition, _ = _load(args.profile)
+    provider = _resolve_target(composition, args.target, args.instance)
+    cwd = os.path.abspath(args.cwd)
+    try:
+        result = anyio.run(_run_foreground, composition, provider, task, cwd, err)
+    except _StartFailed:
+        return EXIT_START_FAILED
+    if result is None:
+        print(f"dsh: {provider}: cancelled before the product started", file=err)
+        return EXIT_CODES[ABORTED]
+    return _report(result, provider, out, err)
+
+
+def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from dsh_cli.demo import run_demo
+
+    return run_demo(out, err, deepseek=args.deepseek)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dsh`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="dsh",
+        description="Delegate self-contained tasks to real coding products through a profile.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = sub.add_parser(
+        "check", help="load a profile and show instances, tools and schemas; starts nothing"
+    )
+    check.add_argument("profile", help="TOML profile path")
+
+    tools = sub.add_parser("tools", help="print the model-visible tool schemas as JSON")
+    tools.add_argument("profile", help="TOML profile path")
+
+    run = sub.add_parser(
+        "run",
+        help="delegate one task in the foreground",
+        description="Delegate one task and print the final answer on stdout.",
+        epilog="exit status: 0 completed, 1 error or start failure, 2 usage/profile error, "
+        "3 max-tokens, 4 refusal, 130 cancelled (Ctrl-C)",
+    )
+    run.add_argument("profile", help="TOML profile path")
+    run.add_argument("target", help="a tool name from the profile, or an instance name")
+    run.add_argument("task", help="the complete, self-contained task text ('-' reads stdin)")
+    run.add_argument(
+        "--instance", action="store_true", help="treat TARGET as an instance name only"
+    )
+    run.add_argument(
+        "--cwd", default=".", help="the parent session's workspace (default: current directory)"
+    )
+
+    demo = sub.add_parser(
+        "demo",
+        help="the Quickstart: a real keyless delegation to Codex and Claude Code",
+        description="Run the REAL Codex app-server and the REAL Claude Code CLI against an "
+        "embedded loopback model (no credentials, no internet) and show that no process "
+        "is left behind.",
+    )
+    demo.add_argument(
+        "--deepseek",
+        action="store_true",
+        help="Claude Code talks to DeepSeek's Anthropic-compatible API (needs DEEPSEEK_API_KEY)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dsh`` console script."""
+    args = build_parser().parse_args(argv)
+    out, err = sys.stdout, sys.stderr
+    try:
+        if args.command == "check":
+            return _cmd_check(args, out)
+        if args.command == "tools":
+            return _cmd_tools(args, out)
+        if args.command == "run":
+            return _cmd_run(args, out, err)
+        return _cmd_demo(args, out, err)
+    except DshCliError as exc:
+        print(f"dsh: error: {exc}", file=err)
+        return EXIT_USAGE
+
+
+def _cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
+    composition, _ = _load(args.profile)
+    json.dump(list(composition.tool_names), out, indent=2)
+    out.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""A composition brought to life: the service with every instance registered, and the Jobs.
+
+:func:`open_runtime` enters a :class:`~dsh_subagent.SubagentService` and a
+:class:`~dsh_tool_jobs.JobRegistry`, registers every loaded provider in profile order and
+leaves both on exit (the registry first, so background runs are cancelled and disposed
+before the service closes). Registering starts nothing; a product process exists only
+while a delegation runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from dsh_subagent import (
+    CancelSignal,
+    ParentContext,
+    SubagentResult,
+    SubagentService,
+    SubagentStartRequest,
+    TextBlock,
+)
+from dsh_tool_jobs import JobRegistry
+
+from dsh_cli.errors import UsageError
+from dsh_cli.loader import Composition
+
+__all__ = ["Runtime", "delegate", "open_runtime", "validate_task"]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Live objects of one composition."""
+
+    composition: Composition
+    service: SubagentService
+    jobs: JobRegistry
+
+
+@asynccontextmanager
+async def open_runtime(composition: Composition) -> AsyncIterator[Runtime]:
+    """Enter the service and the job registry and register every provider instance."""
+    async with SubagentService() as service:
+        for loaded in composition.providers:
+            service.register_provider(loaded.provider)
+        registry = JobRegistry(
+            max_concurrent_jobs_per_owner=composition.jobs_config.max_concurrent_jobs_per_owner
+        )
+        async with registry:
+            yield Runtime(composition, service, registry)
+
+
+def validate_task(task: str) -> str:
+    """The task text unchanged, or :class:`UsageError` when it is blank.
+
+    Raises:
+        UsageError: the task is empty or whitespace only.
+    """
+    if not task.strip():
+        raise UsageError("the task is blank: give the subagent a complete, self-contained task")
+    return task
+
+
+async def delegate(
+    runtime: Runtime,
+    provider_name: str,
+    task: str,
+    *,
+    parent: ParentContext,
+    cancel: CancelSignal,
+    label: str | None = None,
+) -> SubagentResult:
+    """Run one foreground delegation on ``provider_name`` and dispose it.
+
+    The result is returned only after ``dispose()`` finished, i.e. after the run's whole
+    process tree has exited.
+
+    Raises:
+        SubagentError: the run could not start (nothing was published).
+    """
+    request = SubagentStartRequest(
+        prompt=(TextBlock(text=validate_task(task)),), parent=parent, cancel=cancel, label=label
+    )
+    run = await runtime.service.start(provider_name, request)
+    try:
+        return await run.result()
+    finally:
+        await run.dispose()
