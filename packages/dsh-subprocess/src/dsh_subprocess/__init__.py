@@ -1,1 +1,37 @@
-"""Work in progress."""
+"""Managed process trees that never outlive their owner.
+
+``dsh_subprocess`` is the single owner of spawning product processes: credential
+scrubbing of the child environment, a new session per child, the host-death guard,
+TERM→grace→KILL of the whole tree (descendants that called ``setsid`` included),
+whole-tree exit observation, exit facts and stderr draining.
+"""
+
+from ._hostexit import kill_all_trees_now
+from ._stderr import StderrObserver, forward_to_host_stderr
+from .env import child_env, is_scrubbed_name, scrubbed_parent_env
+from .errors import CwdProblem, DshSubprocessError, InvalidCwdError, SpawnError
+from .facts import ExitFacts, signal_name
+from .process import GUARD_PATH, ManagedProcess, spawn
+from .spec import MAX_GRACE_SECONDS, SpawnSpec, StderrMode, StdioMode
+
+__all__ = [
+    "GUARD_PATH",
+    "MAX_GRACE_SECONDS",
+    "CwdProblem",
+    "DshSubprocessError",
+    "ExitFacts",
+    "InvalidCwdError",
+    "ManagedProcess",
+    "SpawnError",
+    "SpawnSpec",
+    "StderrMode",
+    "StderrObserver",
+    "StdioMode",
+    "child_env",
+    "forward_to_host_stderr",
+    "is_scrubbed_name",
+    "kill_all_trees_now",
+    "scrubbed_parent_env",
+    "signal_name",
+    "spawn",
+]

@@ -1,0 +1,99 @@
+"""Process-tree primitives over psutil and /proc. None of them raises for a vanished process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+
+import psutil
+
+_DEAD_STATES = (b"Z", b"X", b"x")
+
+
+def is_live(proc: psutil.Process) -> bool:
+    """Tell whether ``proc`` (fenced on its create time) still runs; a zombie counts as gone."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def descendants(proc: psutil.Process) -> list[psutil.Process]:
+    """Every current descendant of ``proc``; empty when it is gone."""
+    try:
+        return proc.children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """The members of process group ``pgid`` that are not zombies."""
+    if pgid <= 0:
+        return []
+    if sys.platform == "linux":
+        pids = _linux_group_pids(pgid)
+    else:
+        pids = []
+        for pid in psutil.pids():
+            with contextlib.suppress(OSError):
+                if os.getpgid(pid) == pgid:
+                    pids.append(pid)
+    members = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            if is_live(proc):
+                members.append(proc)
+    return members
+
+
+def _linux_group_pids(pgid: int) -> list[int]:
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    pids = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                data = stat.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        # fields: state ppid pgrp ...
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in _DEAD_STATES:
+            pids.append(int(name))
+    return pids
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    """Send ``signum`` to process group ``pgid``; failures (ESRCH, EPERM) are swallowed."""
+    if pgid <= 0:
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signum)
+
+
+def signal_process(proc: psutil.Process, signum: int) -> None:
+    """Send ``signum`` to ``proc`` unless its pid was reused; failures are swallowed."""
+    with contextlib.suppress(psutil.Error, OSError):
+        proc.send_signal(signum)
+
+
+def kill_process(proc: psutil.Process) -> None:
+    """SIGKILL ``proc`` unless its pid was reused; failures are swallowed."""
+    signal_process(proc, signal.SIGKILL)
+
+
+def process_group_of(proc: psutil.Process) -> int | None:
+    """The process group of ``proc``, or ``None`` when it is gone."""
+    try:
+        return os.getpgid(proc.pid)
+    except OSError:
+        return None

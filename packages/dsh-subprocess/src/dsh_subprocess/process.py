@@ -1,0 +1,505 @@
+"""Spawning a product process tree and owning it until whole-tree exit."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import psutil
+
+from . import _hostexit, _tree
+from ._stderr import StderrDrain, StderrObserver, forward_to_host_stderr
+from .env import child_env
+from .errors import DshSubprocessError, InvalidCwdError, SpawnError
+from .facts import ExitFacts, signal_name
+from .spec import SpawnSpec
+
+__all__ = ["GUARD_PATH", "ManagedProcess", "spawn"]
+
+GUARD_PATH = str(Path(__file__).with_name("_guard.py"))
+"""The host-death guard program (run with ``sys.executable -I -S``)."""
+
+_POLL_SECONDS = 0.01
+_DISCOVERY_INTERVAL_SECONDS = 0.1  # how often a guarded tree is re-walked while waiting
+_GUARD_SELF_EXIT_SECONDS = 0.5  # after the product is SIGKILLed the guard reaps and reports
+_KILL_RETRY_SECONDS = 1.0
+_DRAIN_JOIN_SECONDS = 1.0
+_GUARDED = sys.platform == "linux"
+
+
+def _probe_cwd(cwd: str) -> None:
+    if not os.path.isabs(cwd):
+        raise InvalidCwdError("relative")
+    try:
+        info = os.stat(cwd)
+    except FileNotFoundError:
+        raise InvalidCwdError("missing") from None
+    except NotADirectoryError:
+        raise InvalidCwdError("not_a_directory") from None
+    except OSError:
+        raise InvalidCwdError("not_enterable") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise InvalidCwdError("not_a_directory")
+    # A directory with no search bit at all is refused even for root, whom access()
+    # would let through: the product would be running somewhere nobody may enter.
+    if not os.access(cwd, os.X_OK) or not info.st_mode & 0o111:
+        raise InvalidCwdError("not_enterable")
+
+
+def _close_quietly(*fds: int | None) -> None:
+    for fd in fds:
+        if fd is not None and fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _facts_from_returncode(code: int) -> ExitFacts:
+    if code < 0:
+        return ExitFacts(exit_code=None, signal=signal_name(-code))
+    return ExitFacts(exit_code=code, signal=None)
+
+
+async def _poll_until(condition: Callable[[], bool], interval: float = _POLL_SECONDS) -> None:
+    # Pull-based by design: exits and tree liveness have no event source we own.
+    while not condition():  # noqa: ASYNC110
+        await anyio.sleep(interval)
+
+
+class ManagedProcess(anyio.abc.AsyncResource):
+    """One product process and its whole tree, from spawn to observed whole-tree exit.
+
+    Created by :func:`spawn`. Usable from any task of the event loop it was spawned on.
+    Observation is pull-based: the awaiting call polls, nothing runs in the background
+    except the stderr drain thread.
+    """
+
+    def __init__(
+        self,
+        spec: SpawnSpec,
+        process: anyio.abc.Process,
+        *,
+        guarded: bool,
+        status_fd: int | None,
+        lifeline_fd: int | None,
+        stderr_drain: StderrDrain | None,
+    ) -> None:
+        self._spec = spec
+        self._process = process
+        self._guarded = guarded
+        self._status_fd = status_fd
+        self._status_buf = b""
+        self._status_eof = status_fd is None
+        self._lifeline_fd = lifeline_fd
+        self._stderr_drain = stderr_drain
+        self._root_pid = process.pid
+        self._root = self._psutil_or_none(process.pid)
+        self._product_pid = process.pid if not guarded else -1
+        self._product: psutil.Process | None = None if guarded else self._root
+        self._known: dict[int, psutil.Process] = {}
+        self._facts: ExitFacts | None = None
+        self._tree_gone = False
+        self._last_discovery = float("-inf")
+        self._terminating: anyio.Event | None = None
+        self._terminate_facts: ExitFacts | None = None
+        self._terminate_error: BaseException | None = None
+        self._resources_closed = False
+        self._spawn_errno: int | None = None
+        _hostexit.register(self)
+
+    @staticmethod
+    def _psutil_or_none(pid: int) -> psutil.Process | None:
+        try:
+            return psutil.Process(pid)
+        except psutil.Error:
+            return None
+
+    # -- public surface -------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        """The product process id (never the guard's)."""
+        return self._product_pid
+
+    @property
+    def spec(self) -> SpawnSpec:
+        """The validated spec this process was spawned from."""
+        return self._spec
+
+    @property
+    def guarded(self) -> bool:
+        """Whether the product runs under the host-death guard."""
+        return self._guarded
+
+    @property
+    def stdin(self) -> anyio.abc.ByteSendStream | None:
+        """The product's stdin (``stdin="pipe"`` only)."""
+        return self._process.stdin
+
+    @property
+    def stdout(self) -> anyio.abc.ByteReceiveStream | None:
+        """The product's stdout (``stdout="pipe"`` only)."""
+        return self._process.stdout
+
+    @property
+    def exit_facts(self) -> ExitFacts | None:
+        """How the product process ended, or ``None`` while it has not been seen to end."""
+        return self._poll_facts()
+
+    async def wait(self) -> ExitFacts:
+        """Wait for the product process (not its tree) to end.
+
+        Returns:
+            Its exit facts. Descendants may still be alive: see :meth:`wait_tree_exit`.
+        """
+        await _poll_until(lambda: self._poll_facts() is not None)
+        facts = self._poll_facts()
+        assert facts is not None
+        return facts
+
+    async def wait_tree_exit(self) -> None:
+        """Wait until no process of the tree is alive (zombies count as gone). Sends nothing."""
+        await _poll_until(self._tree_gone_now)
+
+    def tree_alive(self) -> bool:
+        """Tell whether any process of the tree is alive now."""
+        return bool(self._live_members(discover=True))
+
+    def tree_pids(self) -> frozenset[int]:
+        """The live pids known to belong to the tree (the guard's included)."""
+        return frozenset(self._live_members(discover=True))
+
+    def detach_stderr_observer(self) -> None:
+        """Stop forwarding stderr lines; the pipe keeps being drained."""
+        if self._stderr_drain is not None:
+            self._stderr_drain.detach()
+
+    async def terminate(self) -> ExitFacts:
+        """Terminate the whole tree and wait until none of it is alive.
+
+        SIGTERM goes to the process group (and to the product if it left the group);
+        after ``spec.grace`` seconds SIGKILL goes to the group and to every descendant
+        found by a snapshot taken before signalling or discovered since. Nothing is
+        signalled once whole-tree absence has been observed. The teardown is shielded
+        from cancellation, and it is memoised: concurrent and repeated calls share one
+        outcome.
+
+        Returns:
+            The product's exit facts.
+        """
+        if self._terminating is None:
+            self._terminating = anyio.Event()
+            try:
+                with anyio.CancelScope(shield=True):
+                    self._terminate_facts = await self._teardown()
+            except Exception as exc:
+                self._terminate_error = exc
+            finally:
+                self._terminating.set()
+            # Deliver a cancellation that arrived while the teardown was shielded.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        else:
+            await self._terminating.wait()
+        if self._terminate_error is not None:
+            raise DshSubprocessError("process tree teardown failed") from self._terminate_error
+        assert self._terminate_facts is not None
+        return self._terminate_facts
+
+    async def aclose(self) -> None:
+        """Same as :meth:`terminate`, for ``async with``."""
+        await self.terminate()
+
+    def kill_tree_now(self) -> None:
+        """SIGKILL the whole tree at once, synchronously (the host-exit path). Never raises."""
+        if self._tree_gone:
+            return
+        with contextlib.suppress(Exception):
+            for proc in self._live_members(discover=True).values():
+                if proc.pid != self._root_pid:
+                    _tree.kill_process(proc)
+            if self._root is not None and _tree.is_live(self._root):
+                _tree.signal_group(self._root_pid, signal.SIGKILL)
+                _tree.kill_process(self._root)
+        self._close_lifeline()
+
+    # -- observation ----------------------------------------------------------------
+
+    def _discovery_due(self) -> bool:
+        if not self._guarded:
+            return True
+        return time.monotonic() - self._last_discovery >= _DISCOVERY_INTERVAL_SECONDS
+
+    def _root_alive(self) -> bool:
+        return (
+            self._process.returncode is None
+            and self._root is not None
+            and _tree.is_live(self._root)
+        )
+
+    def _live_members(self, *, discover: bool) -> dict[int, psutil.Process]:
+        if self._tree_gone:
+            return {}
+        live: dict[int, psutil.Process] = {}
+        root = self._root
+        if root is not None and self._root_alive():
+            live[root.pid] = root
+            if discover:
+                self._last_discovery = time.monotonic()
+                for proc in _tree.descendants(root):
+                    known = self._known.get(proc.pid)
+                    if known is None or known != proc:
+                        self._known[proc.pid] = proc
+        for pid, proc in list(self._known.items()):
+            if _tree.is_live(proc):
+                live[pid] = proc
+            else:
+                del self._known[pid]
+        if not live:
+            # Orphans left in the group (no guard, or the guard was killed) still count.
+            for proc in _tree.group_members(self._root_pid):
+                self._known[proc.pid] = proc
+                live[proc.pid] = proc
+        if not live:
+            self._observe_tree_gone()
+        return live
+
+    def _observe_tree_gone(self) -> None:
+        self._tree_gone = True
+        self._known.clear()
+        _hostexit.unregister(self)
+        self._close_lifeline()
+
+    def _close_lifeline(self) -> None:
+        fd, self._lifeline_fd = self._lifeline_fd, None
+        _close_quietly(fd)
+
+    def _read_status(self) -> None:
+        fd = self._status_fd
+        if fd is None or self._status_eof:
+            return
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._status_eof = True
+                break
+            self._status_buf += chunk
+        *lines, self._status_buf = self._status_buf.split(b"\n")
+        for line in lines:
+            self._apply_status(line)
+
+    def _apply_status(self, line: bytes) -> None:
+        kind, _, value = line.decode("ascii", "replace").partition(" ")
+        try:
+            number = int(value)
+        except ValueError:
+            return
+        if kind == "P":
+            self._product_pid = number
+            self._product = self._psutil_or_none(number)
+        elif kind == "X" and self._facts is None:
+            self._facts = ExitFacts(exit_code=number, signal=None)
+        elif kind == "S" and self._facts is None:
+            self._facts = ExitFacts(exit_code=None, signal=signal_name(number))
+        elif kind == "E":
+            self._spawn_errno = number
+
+    def _poll_facts(self) -> ExitFacts | None:
+        if self._facts is not None:
+            return self._facts
+        if not self._guarded:
+            code = self._process.returncode
+            if code is not None:
+                self._facts = _facts_from_returncode(code)
+            return self._facts
+        self._read_status()
+        if self._facts is None and self._process.returncode is not None:
+            # The guard is gone; whatever it reported is in the pipe by now.
+            self._read_status()
+            if self._facts is None and self._status_eof:
+                # The guard died before it could report (it was SIGKILLed with the group):
+                # its own observed end is the only fact there is about the unit.
+                self._facts = _facts_from_returncode(self._process.returncode)
+        return self._facts
+
+    async def _handshake(self) -> None:
+        """Wait for the guard to report the product's pid, or why it could not start it."""
+        fd = self._status_fd
+        assert fd is not None
+        while True:
+            self._read_status()
+            if self._product_pid > 0:
+                return
+            code = self._spawn_errno
+            if code is not None:
+                cause = OSError(code, os.strerror(code)) if code else OSError("exec failed")
+                raise SpawnError(errno=code or None) from cause
+            if self._status_eof:
+                raise SpawnError(errno=None) from None
+            await anyio.wait_readable(fd)
+
+    # -- teardown -------------------------------------------------------------------
+
+    async def _poll_until_gone(self, seconds: float) -> bool:
+        with anyio.move_on_after(seconds):
+            await _poll_until(self._tree_gone_now)
+            return True
+        return False
+
+    def _tree_gone_now(self) -> bool:
+        return not self._live_members(discover=self._discovery_due())
+
+    def _send_term(self) -> None:
+        _tree.signal_group(self._root_pid, signal.SIGTERM)
+        product = self._product
+        if (
+            product is not None
+            and product is not self._root
+            and _tree.is_live(product)
+            and _tree.process_group_of(product) != self._root_pid
+        ):
+            _tree.signal_process(product, signal.SIGTERM)
+
+    async def _kill_round(self) -> None:
+        members = self._live_members(discover=True)
+        for pid, proc in members.items():
+            if pid != self._root_pid:
+                _tree.kill_process(proc)
+        if self._guarded and self._root_alive():
+            # Let the guard reap the product and report its facts before it is killed.
+            with anyio.move_on_after(_GUARD_SELF_EXIT_SECONDS):
+                await _poll_until(lambda: not self._root_alive(), _POLL_SECONDS / 2)
+        if self._live_members(discover=True):
+            _tree.signal_group(self._root_pid, signal.SIGKILL)
+            if self._root is not None:
+                _tree.kill_process(self._root)
+
+    async def _teardown(self) -> ExitFacts:
+        if self._live_members(discover=True):  # the snapshot, before any signal
+            self._send_term()
+            if not await self._poll_until_gone(self._spec.grace):
+                while self._live_members(discover=True):
+                    await self._kill_round()
+                    await self._poll_until_gone(_KILL_RETRY_SECONDS)
+        await self._close_resources()
+        facts = self._poll_facts()
+        assert facts is not None
+        return facts
+
+    async def _close_resources(self) -> None:
+        if self._resources_closed:
+            return
+        self._resources_closed = True
+        await self._process.aclose()
+        drain = self._stderr_drain
+        if drain is not None:
+            with anyio.move_on_after(_DRAIN_JOIN_SECONDS):
+                await _poll_until(lambda: drain.done)
+            drain.detach()
+        self._read_status()
+        self._status_eof = True
+        fd, self._status_fd = self._status_fd, None
+        _close_quietly(fd)
+        self._close_lifeline()
+
+
+async def spawn(
+    spec: SpawnSpec, *, stderr_observer: StderrObserver | None = None
+) -> ManagedProcess:
+    """Start ``spec`` in a new session and return the handle that owns its tree.
+
+    Args:
+        spec: What to run.
+        stderr_observer: Called from a daemon thread with each stderr line (UTF-8,
+            undecodable bytes replaced, trailing newline removed) when
+            ``spec.stderr == "pipe"``. Defaults to writing the line to ``sys.stderr``.
+
+    Returns:
+        The managed process. Always :meth:`~ManagedProcess.terminate` it (or use
+        ``async with``).
+
+    Raises:
+        InvalidCwdError: ``spec.cwd`` is relative, missing, not a directory or not
+            enterable; nothing was started.
+        SpawnError: The program could not be started; nothing is left running.
+    """
+    _probe_cwd(spec.cwd)
+    env = child_env(spec.env)
+    guarded = spec.host_death_guard and _GUARDED
+    stdio: dict[str, Any] = {
+        "stdin": subprocess.PIPE if spec.stdin == "pipe" else subprocess.DEVNULL,
+        "stdout": subprocess.PIPE if spec.stdout == "pipe" else subprocess.DEVNULL,
+    }
+    opened: list[int] = []
+    stderr_r: int | None = None
+    status_r: int | None = None
+    lifeline_w: int | None = None
+    parent_only_closes: list[int] = []
+    try:
+        if spec.stderr == "pipe":
+            stderr_r, stderr_w = os.pipe()
+            opened += [stderr_r, stderr_w]
+            parent_only_closes.append(stderr_w)
+            stdio["stderr"] = stderr_w
+        else:
+            stdio["stderr"] = subprocess.DEVNULL if spec.stderr == "devnull" else None
+        argv: list[str] = list(spec.argv)
+        pass_fds: tuple[int, ...] = ()
+        if guarded:
+            status_r, status_w = os.pipe()
+            lifeline_r, lifeline_w = os.pipe()
+            opened += [status_r, status_w, lifeline_r, lifeline_w]
+            parent_only_closes += [status_w, lifeline_r]
+            os.set_blocking(status_r, False)
+            argv = [sys.executable, "-I", "-S", GUARD_PATH, str(status_w), str(lifeline_r), *argv]
+            pass_fds = (status_w, lifeline_r)
+        try:
+            with anyio.CancelScope(shield=True):
+                process = await anyio.open_process(
+                    argv,
+                    cwd=spec.cwd,
+                    env=env,
+                    start_new_session=True,
+                    pass_fds=pass_fds,
+                    **stdio,
+                )
+        except OSError as exc:
+            raise SpawnError(errno=exc.errno) from exc
+    except BaseException:
+        _close_quietly(*opened)
+        raise
+    _close_quietly(*parent_only_closes)
+    drain: StderrDrain | None = None
+    if stderr_r is not None:
+        drain = StderrDrain(stderr_r, stderr_observer or forward_to_host_stderr)
+        drain.start()
+    proc = ManagedProcess(
+        spec,
+        process,
+        guarded=guarded,
+        status_fd=status_r,
+        lifeline_fd=lifeline_w,
+        stderr_drain=drain,
+    )
+    if guarded:
+        try:
+            await proc._handshake()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await proc.terminate()
+            raise
+    return proc
