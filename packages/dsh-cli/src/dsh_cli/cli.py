@@ -35,6 +35,7 @@ from dsh_subagent import (
     SubagentResult,
 )
 
+from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import DshCliError, UsageError
 from dsh_cli.loader import Composition, load_profile
 from dsh_cli.runtime import delegate, open_runtime, validate_task
@@ -94,14 +95,14 @@ def render_check(composition: Composition, spawned: int, out: TextIO) -> None:
     print(f"product processes started: {spawned}", file=out)
 
 
-def _load(profile: str) -> tuple[Composition, int]:
+def _load(profile: str, discovery: ProviderDiscovery | None) -> tuple[Composition, int]:
     with SpawnCounter(forbid=True) as counter:
-        composition = load_profile(profile)
+        composition = load_profile(profile, discovery=discovery)
     return composition, counter.count
 
 
-def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
-    composition, spawned = _load(args.profile)
+def _cmd_check(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscovery | None) -> int:
+    composition, spawned = _load(args.profile, discovery)
     render_check(composition, spawned, out)
     return 0
 
@@ -175,10 +176,12 @@ def _report(result: SubagentResult, provider: str, out: TextIO, err: TextIO) -> 
     return exit_code_for(result.stop_reason)
 
 
-def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _cmd_run(
+    args: argparse.Namespace, out: TextIO, err: TextIO, discovery: ProviderDiscovery | None
+) -> int:
     task = sys.stdin.read() if args.task == "-" else args.task
     validate_task(task)
-    composition, _ = _load(args.profile)
+    composition, _ = _load(args.profile, discovery)
     provider = _resolve_target(composition, args.target, args.instance)
     cwd = os.path.abspath(args.cwd)
     try:
@@ -245,25 +248,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dsh`` console script."""
+def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | None = None) -> int:
+    """Entry point of the ``dsh`` console script.
+
+    Args:
+        argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
+        discovery: Where provider classes come from; defaults to installed entry points.
+    """
     args = build_parser().parse_args(argv)
     out, err = sys.stdout, sys.stderr
     try:
         if args.command == "check":
-            return _cmd_check(args, out)
+            return _cmd_check(args, out, discovery)
         if args.command == "tools":
-            return _cmd_tools(args, out)
+            return _cmd_tools(args, out, discovery)
         if args.command == "run":
-            return _cmd_run(args, out, err)
+            return _cmd_run(args, out, err, discovery)
         return _cmd_demo(args, out, err)
     except DshCliError as exc:
         print(f"dsh: error: {exc}", file=err)
         return EXIT_USAGE
 
 
-def _cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
-    composition, _ = _load(args.profile)
+def _cmd_tools(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscovery | None) -> int:
+    composition, _ = _load(args.profile, discovery)
     json.dump(list(composition.tool_names), out, indent=2)
     out.write("\n")
     return 0

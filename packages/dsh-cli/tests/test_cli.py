@@ -1,0 +1,176 @@
+"""The dsh command against scripted providers: output streams, exit codes, errors, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import ClassVar
+
+import anyio
+import pytest
+from dsh_cli import StaticDiscovery
+from dsh_cli.cli import EXIT_CODES, exit_code_for, main
+from dsh_subagent import TextBlock
+from dsh_subagent.testing import Script, ScriptedProvider
+from pydantic import BaseModel, ConfigDict
+
+
+class ScriptedConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    provider_name: str = "scripted"
+    answer: str = "the answer"
+    stop_reason: str = "completed"
+    diagnostic: str | None = None
+    hold: bool = False
+
+
+class ScriptedEntry(ScriptedProvider):
+    """A ScriptedProvider constructed the way the Loader constructs providers."""
+
+    Config: ClassVar[type[ScriptedConfig]] = ScriptedConfig
+    instances: ClassVar[list[ScriptedEntry]] = []
+
+    def __init__(self, config: ScriptedConfig) -> None:
+        script = Script(
+            output=(TextBlock(text=config.answer),),
+            stop_reason=config.stop_reason,
+            diagnostic=config.diagnostic,
+            partial=(TextBlock(text="partial words"),),
+            hold_result=anyio.Event() if config.hold else None,
+        )
+        super().__init__(config.provider_name, [script])
+        ScriptedEntry.instances.append(self)
+
+
+DISCOVERY = StaticDiscovery({"scripted": [ScriptedEntry]})
+
+
+def _profile(tmp_path: Path, config: str = "") -> Path:
+    path = tmp_path / "profile.toml"
+    path.write_text(
+        f"""
+[[providers]]
+type = "scripted"
+provider_name = "worker"
+[providers.config]
+{config}
+
+[[tools]]
+name = "subagent_worker"
+provider = "worker"
+
+[jobs]
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _dsh(*argv: str) -> int:
+    return main(list(argv), discovery=DISCOVERY)
+
+
+def test_check_lists_instances_tools_and_proves_nothing_started(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ScriptedEntry.instances.clear()
+    assert _dsh("check", str(_profile(tmp_path))) == 0
+    out = capsys.readouterr().out
+    assert "worker  [type scripted, row 1]" in out
+    assert "subagent_worker -> worker (background: one-shot)" in out
+    assert "job_output, job_list, job_kill" in out
+    assert "product processes started: 0" in out
+    assert [p.start_count for p in ScriptedEntry.instances] == [0]
+
+
+def test_run_prints_the_answer_on_stdout_and_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ScriptedEntry.instances.clear()
+    code = _dsh("run", str(_profile(tmp_path)), "subagent_worker", "Do it.", "--cwd", str(tmp_path))
+    captured = capsys.readouterr()
+    assert code == 0
+    assert captured.out == "the answer\n"
+    assert "worker: completed" in captured.err
+    (provider,) = ScriptedEntry.instances
+    (record,) = provider.records
+    assert record.request.prompt == (TextBlock(text="Do it."),)
+    assert record.request.parent.cwd == str(tmp_path)
+    assert record.teardowns == 1
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "code"), [("error", 1), ("max-tokens", 3), ("refusal", 4), ("weird", 1)]
+)
+def test_failed_run_reports_diagnostic_on_stderr_and_exit_code_from_stop_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stop_reason: str, code: int
+) -> None:
+    config = f'stop_reason = "{stop_reason}"\ndiagnostic = "safe failure line"'
+    assert _dsh("run", str(_profile(tmp_path, config)), "worker", "Do it.") == code
+    captured = capsys.readouterr()
+    assert f"(stop reason: {stop_reason})" in captured.err
+    assert "Diagnostic: safe failure line" in captured.err
+    assert "safe failure line" not in captured.out
+
+
+def test_exit_codes_are_a_fixed_table() -> None:
+    assert EXIT_CODES == {"completed": 0, "error": 1, "max-tokens": 3, "refusal": 4, "aborted": 130}
+    assert exit_code_for("something-new") == 1
+
+
+@pytest.mark.parametrize("task", ["", "   \n\t"])
+def test_blank_task_is_a_usage_error_and_starts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], task: str
+) -> None:
+    ScriptedEntry.instances.clear()
+    assert _dsh("run", str(_profile(tmp_path)), "worker", task) == 2
+    assert "the task is blank" in capsys.readouterr().err
+    assert ScriptedEntry.instances == []
+
+
+def test_unknown_tool_names_the_choices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _dsh("run", str(_profile(tmp_path)), "subagent_nope", "Do it.") == 2
+    err = capsys.readouterr().err
+    assert "unknown tool or instance 'subagent_nope'" in err
+    assert "tools: subagent_worker; instances: worker" in err
+    assert _dsh("run", str(_profile(tmp_path)), "subagent_worker", "x", "--instance") == 2
+    assert "unknown instance 'subagent_worker'" in capsys.readouterr().err
+
+
+def test_bad_profile_names_row_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _profile(tmp_path, 'colour = "red"')
+    assert _dsh("check", str(path)) == 2
+    err = capsys.readouterr().err
+    assert "providers row 1 ('worker') field 'config.colour': unknown field" in err
+
+
+def test_ctrl_c_cancels_the_run_and_exits_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ScriptedEntry.instances.clear()
+
+    def interrupt_once_the_run_is_live() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if ScriptedEntry.instances and ScriptedEntry.instances[0].published_count:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=interrupt_once_the_run_is_live)
+    thread.start()
+    try:
+        code = _dsh("run", str(_profile(tmp_path, "hold = true")), "worker", "Wait forever.")
+    finally:
+        thread.join()
+    captured = capsys.readouterr()
+    assert code == 130
+    assert "SIGINT: cancelling the run" in captured.err
+    assert "(stop reason: aborted)" in captured.err
+    (provider,) = ScriptedEntry.instances
+    assert provider.records[0].teardowns == 1
