@@ -63,7 +63,12 @@ from dsh_contract_tests.scenario import (
     new_token,
 )
 
-__all__ = ["ContractHarness", "CredentialedProviderContract", "ProviderContract"]
+__all__ = [
+    "ContractHarness",
+    "CredentialedProviderContract",
+    "ProviderContract",
+    "check_no_silent_opt_out",
+]
 
 PLANTED_CREDENTIAL_NAME = "CONTRACT_PLANTED_API_KEY"
 """Credential-shaped parent variable the env rule plants (must be scrubbed)."""

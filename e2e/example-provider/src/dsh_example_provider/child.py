@@ -1,0 +1,68 @@
+"""The scripted child program the example provider runs (``python -m dsh_example_provider.child``).
+
+It stands in for a real product the way a loopback model stands in for a real model:
+its behaviour is scripted by one directive line in the task text (the contract kit's
+``dsh-contract/1 <behaviour> <token>``). Without a directive it answers ``done``.
+
+Wire protocol, one JSON object per line: the child writes ``{"type": "ready"}``; the
+provider writes ``{"task": "..."}``; the child answers ``{"type": "final", "text": ...}``
+or ``{"type": "error", "message": ...}`` (raw product text: the provider must never
+copy it anywhere a model can see).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+_DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]{6,32})")
+
+
+def _send(message: dict[str, str]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def _hold(token: str) -> None:
+    # A grandchild makes the tree deeper than one process, as real products' trees are.
+    subprocess.Popen(  # noqa: TID251 - this program plays the product; the host never runs it
+        [sys.executable, "-c", "import time\nwhile True: time.sleep(60)"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
+    ready_dir = os.environ.get("DSH_CONTRACT_READY_DIR")
+    if ready_dir:
+        (Path(ready_dir) / token).touch()
+    sys.stdin.read()  # until the provider closes stdin or the tree is terminated
+
+
+def main() -> int:
+    """Run one scripted task."""
+    _send({"type": "ready"})
+    line = sys.stdin.readline()
+    if not line:
+        return 2
+    task = str(json.loads(line).get("task", ""))
+    match = _DIRECTIVE.search(task)
+    if match is None:
+        _send({"type": "final", "text": "done"})
+        return 0
+    behaviour, token = match.group(1), match.group(2)
+    if behaviour == "complete":
+        _send({"type": "final", "text": token})
+        return 0
+    if behaviour == "fail":
+        sys.stderr.write(os.environ.get("DSH_CONTRACT_STDERR_TEXT", "child failed") + "\n")
+        sys.stderr.flush()
+        _send({"type": "error", "message": os.environ.get("DSH_CONTRACT_ERROR_TEXT", "failed")})
+        return 3
+    _hold(token)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
