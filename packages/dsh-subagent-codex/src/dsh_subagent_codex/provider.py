@@ -148,7 +148,10 @@ class _Child:
     async def release(self) -> None:
         """Close the wire (stdin EOF), terminate the tree and wait for its exit."""
         await self.rpc.close()
-        await self.proc.terminate()
+        try:
+            await self.proc.terminate()
+        finally:
+            self.proc.detach_stderr_observer()
 
 
 async def _await_response(child: _Child, request_id: str) -> Frame:
