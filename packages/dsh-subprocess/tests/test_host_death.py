@@ -1,0 +1,97 @@
+"""A host that dies, however it dies, leaves no product process behind."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+from dsh_subprocess import ManagedProcess, SpawnSpec, spawn
+from dsh_subprocess.testing import alive, snapshot
+
+pytestmark = pytest.mark.anyio
+
+# The host spawns a tree with a TERM-ignoring grandchild in its own session and a plain
+# grandchild, prints the tree's pids, then either idles (to be killed) or returns.
+_HOST = """
+import json, sys
+import anyio
+from dsh_subprocess import SpawnSpec, spawn
+
+SCRIPT = (
+    "setsid sh -c \\"trap '' TERM; while :; do sleep 0.05; done\\" & "
+    "sh -c 'sleep 60' & echo ready; wait"
+)
+
+async def main(cwd, guard, then):
+    proc = await spawn(SpawnSpec(argv=("/bin/sh", "-c", SCRIPT), cwd=cwd,
+                                 host_death_guard=guard == "guard"))
+    await proc.stdout.receive()
+    with anyio.fail_after(10):
+        while len(pids := proc.tree_pids()) < 5 + (guard == "guard"):
+            await anyio.sleep(0.01)
+    print(json.dumps(sorted(pids)), flush=True)
+    if then == "idle":
+        await anyio.sleep(3600)
+
+anyio.run(main, *sys.argv[1:])
+"""
+
+
+async def _start_host(tmp_path: Path, guard: str, then: str) -> tuple[ManagedProcess, list[int]]:
+    host_py = tmp_path / "host.py"
+    host_py.write_text(_HOST)
+    host = await spawn(
+        SpawnSpec(
+            argv=(sys.executable, str(host_py), str(tmp_path), guard, then),
+            cwd=str(tmp_path),
+            stdin="devnull",
+            host_death_guard=False,
+            grace=0.5,
+        )
+    )
+    assert host.stdout is not None
+    line = b""
+    with anyio.fail_after(20):
+        while not line.endswith(b"\n"):
+            line += await host.stdout.receive()
+    return host, json.loads(line)
+
+
+async def _wait_gone(procs: list[psutil.Process], within: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + within
+    while (left := alive(procs)) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await anyio.sleep(0.01)
+    return left
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+async def test_killed_host_leaves_nothing_behind(tmp_path: Path, how: signal.Signals) -> None:
+    host, pids = await _start_host(tmp_path, "guard", "idle")
+    tree = snapshot(pids)
+    assert len(alive(tree)) == len(pids)
+    psutil.Process(host.pid).send_signal(how)
+    started = time.monotonic()
+    survivors = await _wait_gone(tree, 2.0)
+    elapsed = time.monotonic() - started
+    assert survivors == [], f"alive {elapsed:.2f}s after the host died: {survivors}"
+    assert (await host.terminate()).signal == how.name
+
+
+@pytest.mark.parametrize("guard", ["guard", "direct"])
+async def test_host_that_exits_without_terminating_kills_its_trees(
+    tmp_path: Path, guard: str
+) -> None:
+    # Without the guard only the atexit kill path can do this.
+    host, pids = await _start_host(tmp_path, guard, "return")
+    tree = snapshot(pids)
+    with anyio.fail_after(10):
+        facts = await host.wait()
+    assert facts.exit_code == 0
+    assert await _wait_gone(tree, 2.0) == []
+    await host.terminate()
