@@ -69,6 +69,12 @@ class _Disposal:
         self.error: BaseException | None = None
 
 
+def _driver_fault(cause: BaseException) -> RuntimeError:
+    fault = RuntimeError("subagent run driver ended before the run settled")
+    fault.__cause__ = cause
+    return fault
+
+
 class SubprocessRunHandle:
     """A published out-of-process run implementing :class:`~dsh_subagent.SubagentRun`.
 
@@ -132,14 +138,17 @@ class SubprocessRunHandle:
 
         Start it in ``request.task_group``. Should the driver task itself be cancelled
         (the service is shutting down) or ``settle`` raise, ``result()`` raises a
-        ``RuntimeError`` instead of hanging.
+        ``RuntimeError`` instead of hanging; an exception from ``settle`` is logged and
+        not propagated, so it cannot tear down the service's task group.
         """
         try:
             self._outcome.set(await settle())
+        except Exception as exc:
+            # Contained: a raising driver must not cancel the service's other runs.
+            _log.exception("dsh_subagent: run settlement raised")
+            self._outcome.fail(_driver_fault(exc))
         except BaseException as exc:
-            fault = RuntimeError("subagent run driver ended before the run settled")
-            fault.__cause__ = exc
-            self._outcome.fail(fault)
+            self._outcome.fail(_driver_fault(exc))
             raise
 
     async def result(self) -> SubagentResult:

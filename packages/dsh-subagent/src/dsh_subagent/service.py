@@ -1,0 +1,346 @@
+"""``SubagentService``: the registry of named providers and the one way to start a run.
+
+``start(name, request)`` checks in a fixed order (seeds 002, 004) and every failure
+before publication raises a :class:`SubagentError`, publishes nothing and emits no
+event:
+
+1. provider lookup → ``NO_PROVIDER``;
+2. capabilities, by presence (``is not None``), in the order agent_options →
+   output_schema → max_depth (flag ``depth_limit``) → tool_filter → persona; the first
+   unsupported field → ``UNSUPPORTED_CAPABILITY``; never accepted-then-ignored;
+3. the ``max_depth`` value, then the output schema's root → ``INVALID_REQUEST``;
+4. descriptor snapshot and a *new* resolved request carrying the service task group;
+5. ``provider.start`` (its failure propagates unchanged).
+
+After publication the service emits ``subagent/start`` and exactly one
+``subagent/end``, with a fresh run id per accepted run.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Final, Self
+
+import anyio
+from anyio.abc import TaskGroup
+
+from dsh_subagent.errors import SubagentError, SubagentErrorCode
+from dsh_subagent.events import (
+    ProviderAdded,
+    ProviderRemoved,
+    SubagentEvent,
+    SubagentEventListener,
+    SubagentRunEnded,
+    SubagentRunStarted,
+    dispatch,
+    render_error,
+)
+from dsh_subagent.types import (
+    ERROR,
+    ParentContext,
+    ResolvedSubagentStartRequest,
+    SubagentDescriptor,
+    SubagentProvider,
+    SubagentResult,
+    SubagentRun,
+    SubagentStartRequest,
+)
+
+__all__ = [
+    "MAX_SAFE_INTEGER",
+    "SHUTDOWN_DRAIN_SECONDS",
+    "PublishedRun",
+    "SubagentService",
+    "check_max_depth",
+]
+
+_log = logging.getLogger("dsh_subagent")
+
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+"""Largest accepted ``max_depth`` (the reference's safe-integer range)."""
+
+SHUTDOWN_DRAIN_SECONDS: Final = 10.0
+"""How long service exit waits, after disposing every run, for run tasks to finish."""
+
+# (request field, capability flag) in the seeds' check order.
+_GATED_FIELDS: Final = (
+    ("agent_options", "agent_options"),
+    ("output_schema", "output_schema"),
+    ("max_depth", "depth_limit"),
+    ("tool_filter", "tool_filter"),
+    ("persona", "persona"),
+)
+
+
+def check_max_depth(value: object, *, prefix: str = "subagent") -> int:
+    """Validate a depth cap: a non-negative int (not bool) no greater than 2**53 - 1.
+
+    Raises:
+        SubagentError: ``INVALID_REQUEST``, ``<prefix> max_depth must be a non-negative
+            safe integer``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SAFE_INTEGER:
+        raise SubagentError(
+            SubagentErrorCode.INVALID_REQUEST,
+            f"{prefix} max_depth must be a non-negative safe integer",
+        )
+    return value
+
+
+def _check_output_schema(schema: Mapping[str, object]) -> None:
+    if not isinstance(schema, Mapping) or schema.get("type") != "object":
+        raise SubagentError(
+            SubagentErrorCode.INVALID_REQUEST,
+            'subagent output_schema must be an object-rooted JSON Schema ({"type": "object"})',
+        )
+
+
+class PublishedRun:
+    """The service's view of a published run; implements :class:`SubagentRun`.
+
+    It forwards to the provider's run and records disposal, so leaving the service can
+    dispose exactly the runs whose holders have not.
+    """
+
+    __slots__ = ("_inner", "_service", "provider", "run_id")
+
+    def __init__(
+        self, service: SubagentService, inner: SubagentRun, run_id: str, provider: str
+    ) -> None:
+        self._service = service
+        self._inner = inner
+        self.run_id = run_id
+        """The service-minted id shared by this run's start and end events."""
+        self.provider = provider
+        """The provider name the run started under."""
+
+    @property
+    def id(self) -> str:
+        """The provider-minted run id."""
+        return self._inner.id
+
+    @property
+    def local_agent(self) -> object | None:
+        """The provider run's in-process agent (``None`` out of process)."""
+        return self._inner.local_agent
+
+    async def result(self) -> SubagentResult:
+        """The provider run's result (see :class:`SubagentRun`)."""
+        return await self._inner.result()
+
+    async def dispose(self) -> None:
+        """Dispose the provider run (memoised by the provider)."""
+        try:
+            await self._inner.dispose()
+        finally:
+            self._service._live.pop(self.run_id, None)
+
+
+class SubagentService:
+    """Registry of named provider instances and the start/observe path of every run.
+
+    Use as an async context manager: it owns the task group where providers drive
+    published runs and where the service observes their results. Leaving it disposes
+    every run whose holder has not, then waits for run tasks to finish.
+    """
+
+    def __init__(self) -> None:
+        self._providers: dict[str, SubagentProvider] = {}
+        self._listeners: list[SubagentEventListener] = []
+        self._live: dict[str, PublishedRun] = {}
+        self._task_group: TaskGroup | None = None
+        self._closing = False
+        self._observing = 0
+        self._idle: anyio.Event | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._task_group is not None or self._closing:
+            raise RuntimeError("SubagentService can be entered once")
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        task_group = self._task_group
+        assert task_group is not None, "SubagentService was not entered"
+        self._closing = True
+        failures: list[Exception] = []
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._dispose_live(failures)
+                with anyio.move_on_after(SHUTDOWN_DRAIN_SECONDS):
+                    await self._drain()
+            task_group.cancel_scope.cancel()
+        finally:
+            self._task_group = None
+            await task_group.__aexit__(exc_type, exc, tb)
+        if failures and exc is None:
+            raise ExceptionGroup("subagent runs failed to dispose at service exit", failures)
+        for failure in failures:
+            _log.error("subagent: dispose at service exit failed: %s", render_error(failure))
+        return None
+
+    async def _dispose_live(self, failures: list[Exception]) -> None:
+        async def dispose(run: PublishedRun) -> None:
+            try:
+                await run.dispose()
+            except Exception as error:
+                failures.append(error)
+
+        async with anyio.create_task_group() as group:
+            for run in list(self._live.values()):
+                group.start_soon(dispose, run)
+
+    async def _drain(self) -> None:
+        # Disposed runs settle promptly; wait for their observers to emit subagent/end.
+        while self._observing:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
+    # -- registry --------------------------------------------------------------------
+
+    def add_listener(self, listener: SubagentEventListener) -> Callable[[], None]:
+        """Subscribe to every lifecycle event; returns an idempotent remover."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return remove
+
+    def register_provider(self, provider: SubagentProvider) -> Callable[[], None]:
+        """Register ``provider`` under ``provider.name``; returns an idempotent remover.
+
+        ``subagent/provider-added`` listeners are not contained: if one raises, the
+        registration is rolled back (listeners that already heard the addition are told
+        ``subagent/provider-removed``) and the error propagates.
+
+        Raises:
+            SubagentError: ``DUPLICATE_PROVIDER`` when the name is taken.
+        """
+        name = provider.name
+        if name in self._providers:
+            raise SubagentError(
+                SubagentErrorCode.DUPLICATE_PROVIDER,
+                f'a subagent provider named "{name}" is already registered',
+            )
+        self._providers[name] = provider
+        try:
+            self._emit(ProviderAdded(provider), contained=False)
+        except BaseException:
+            del self._providers[name]
+            self._emit(ProviderRemoved(name), contained=True)
+            raise
+
+        def remove() -> None:
+            if self._providers.get(name) is provider:
+                del self._providers[name]
+                self._emit(ProviderRemoved(name), contained=True)
+
+        return remove
+
+    def list(self) -> tuple[str, ...]:
+        """Registered provider names in registration order."""
+        return tuple(self._providers)
+
+    def get_provider(self, name: str) -> SubagentProvider | None:
+        """The provider registered as ``name``, if any."""
+        return self._providers.get(name)
+
+    # -- start -----------------------------------------------------------------------
+
+    async def start(self, name: str, request: SubagentStartRequest) -> PublishedRun:
+        """Check, resolve and start one run on the provider registered as ``name``.
+
+        Returns:
+            The published run. The caller owns it and must ``dispose()`` it.
+
+        Raises:
+            SubagentError: ``NO_PROVIDER``, ``UNSUPPORTED_CAPABILITY`` or
+                ``INVALID_REQUEST`` before the provider is called; anything
+                ``provider.start`` raises propagates unchanged. No event is emitted.
+            RuntimeError: The service is not running.
+        """
+        task_group = self._task_group
+        if task_group is None or self._closing:
+            raise RuntimeError("SubagentService is not running (use `async with service:`)")
+        provider = self._providers.get(name)
+        if provider is None:
+            raise SubagentError(
+                SubagentErrorCode.NO_PROVIDER, f'no subagent provider registered for "{name}"'
+            )
+        capabilities = provider.capabilities
+        for field, flag in _GATED_FIELDS:
+            if getattr(request, field) is not None and not getattr(capabilities, flag):
+                raise SubagentError(
+                    SubagentErrorCode.UNSUPPORTED_CAPABILITY,
+                    f'subagent provider "{provider.name}" does not support the "{flag}" '
+                    f'capability (request field "{field}")',
+                )
+        if request.max_depth is not None:
+            check_max_depth(request.max_depth)
+        if request.output_schema is not None:
+            _check_output_schema(request.output_schema)
+        descriptor = SubagentDescriptor(provider=name, label=request.label)
+        resolved = ResolvedSubagentStartRequest(
+            **{field: getattr(request, field) for field in SubagentStartRequest.model_fields},
+            descriptor=descriptor,
+            task_group=task_group,
+        )
+        inner = await provider.start(resolved)
+        return self._publish(name, inner, request.parent, task_group)
+
+    def _publish(
+        self, name: str, inner: SubagentRun, parent: ParentContext, task_group: TaskGroup
+    ) -> PublishedRun:
+        run = PublishedRun(self, inner, str(uuid.uuid4()), name)
+        local = inner.local_agent is not None
+        self._live[run.run_id] = run
+        started = SubagentRunStarted(
+            run_id=run.run_id, provider=name, id=inner.id, local=local, parent=parent
+        )
+        self._observing += 1
+        task_group.start_soon(self._observe, inner, started)
+        self._emit(started, contained=True)
+        return run
+
+    async def _observe(self, run: SubagentRun, started: SubagentRunStarted) -> None:
+        stop_reason = ERROR
+        output = None
+        try:
+            result = await run.result()
+            stop_reason = result.stop_reason
+            output = result.output or None
+        except Exception as exc:  # the holder still sees the raise; the pair still closes
+            _log.warning("subagent: run %s result raised: %s", started.run_id, render_error(exc))
+        finally:
+            self._observing -= 1
+            if self._observing == 0 and self._idle is not None:
+                self._idle.set()
+            self._emit(
+                SubagentRunEnded(
+                    run_id=started.run_id,
+                    provider=started.provider,
+                    id=started.id,
+                    local=started.local,
+                    parent=started.parent,
+                    stop_reason=stop_reason,
+                    last_assistant_message=output,
+                ),
+                contained=True,
+            )
+
+    def _emit(self, event: SubagentEvent, *, contained: bool) -> None:
+        dispatch(self._listeners, event, contained=contained, task_group=self._task_group)
