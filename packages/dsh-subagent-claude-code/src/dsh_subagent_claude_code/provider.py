@@ -22,6 +22,7 @@ from typing import Any, ClassVar, cast
 
 import anyio
 from claude_agent_sdk import (
+    ClaudeAgentOptions,
     Message,
     PermissionResultDeny,
     ResultError,
@@ -142,6 +143,8 @@ class ClaudeCodeProvider(SubagentProvider):
         cli_prefix: Test seam: returns the command that starts the CLI. Production
             uses the pinned SDK's bundled binary and never ``PATH``.
         spawner: Test seam for ``dsh_subprocess.spawn``.
+        options_hook: Test seam that may adjust the SDK options of each run (the
+            keyless tier injects ``max_turns`` to provoke a real ``error_max_turns``).
     """
 
     Config: ClassVar[type[ClaudeCodeConfig]] = ClaudeCodeConfig
@@ -152,6 +155,7 @@ class ClaudeCodeProvider(SubagentProvider):
         *,
         cli_prefix: Callable[[], Sequence[str]] = _default_cli_prefix,
         spawner: Spawner | None = None,
+        options_hook: Callable[[ClaudeAgentOptions], ClaudeAgentOptions] | None = None,
     ) -> None:
         if config is None:
             config = ClaudeCodeConfig()
@@ -165,6 +169,7 @@ class ClaudeCodeProvider(SubagentProvider):
         self._config = config
         self._cli_prefix = cli_prefix
         self._spawner = spawner
+        self._options_hook = options_hook
 
     @property
     def config(self) -> ClaudeCodeConfig:
@@ -233,6 +238,8 @@ class ClaudeCodeProvider(SubagentProvider):
                         else self._permission_callback(state, mode),
                         elicitation_hook=self._elicitation_hook(state, mode),
                     )
+                    if self._options_hook is not None:
+                        options = self._options_hook(options)
                     spec = SpawnSpec(
                         argv=tuple(build_cli_argv(options, self._cli_prefix())),
                         cwd=cwd,
