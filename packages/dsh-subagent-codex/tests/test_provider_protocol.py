@@ -166,6 +166,20 @@ async def test_latest_final_answer_wins_over_unphased_commentary_and_foreign_fra
     assert (result.stop_reason, result.text) == ("completed", "last final")
 
 
+async def test_partial_answer_phase_is_legal_but_never_answers(fake: FakeCodex) -> None:
+    # The pinned schema adds partial_answer ("may be followed by more output"): it is
+    # not fatal like an unknown phase, and like commentary it never becomes the answer.
+    steps = [
+        *handshake(),
+        *turn_start(),
+        agent_message("unphased", None),
+        agent_message("partial", "partial_answer"),
+        terminal(),
+    ]
+    result, _ = await delegate(fake.provider(steps), fake.workspace)
+    assert (result.stop_reason, result.text) == ("completed", "unphased")
+
+
 async def test_unphased_answer_is_the_fallback(fake: FakeCodex) -> None:
     steps = [
         *handshake(),

@@ -177,14 +177,15 @@ class TurnCompletedParams(BaseModel):
 class AgentMessageItem(BaseModel):
     """An ``agentMessage`` thread item.
 
-    ``phase`` is required: the schema allows ``final_answer``, ``commentary`` or
-    ``null``; a missing key is a protocol failure rather than a silent ``null``.
+    ``phase`` is required: the pinned schema allows ``final_answer``, ``commentary``,
+    ``partial_answer`` or ``null``; a missing key or another value is a protocol failure
+    rather than a silent ``null``.
     """
 
     model_config = _RECEIVE
     type: Literal["agentMessage"]
     text: str
-    phase: Literal["final_answer", "commentary"] | None
+    phase: Literal["final_answer", "commentary", "partial_answer"] | None
 
 
 class DeclinableItem(BaseModel):

@@ -242,6 +242,9 @@ class TurnDriver:
                 message = AgentMessageItem.model_validate(item)
             except ValidationError as exc:
                 raise CodexProtocolError("app-server returned an invalid agent message") from exc
+            # Only final_answer and the phase-less compatibility answer can answer;
+            # commentary and 0.163.0's partial_answer ("may be followed by more output")
+            # never do.
             if message.phase == "final_answer":
                 self.answers.final_answer = message.text
             elif message.phase is None:
