@@ -1,0 +1,412 @@
+"""The model-facing subagent tool (the dsh-tool-subagent role).
+
+One tool per configured row binds a fixed tool name to a fixed provider instance name;
+the model never chooses the provider. ``run_in_background`` omitted or false runs in the
+foreground: the call waits for the result, always disposes the run, and returns the
+final text or an error with the headline, then the ``Diagnostic:`` line, then any partial
+output. ``true`` hands the same run to the Jobs runtime through a
+:class:`BackgroundLauncher` and returns the Job id once it is registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal, Protocol
+
+import anyio
+from pydantic import BaseModel, ConfigDict, JsonValue, StrictBool, StrictInt, field_validator
+
+from dsh_subagent.cancel import CancelSignal
+from dsh_subagent.errors import SubagentError, SubagentErrorCode
+from dsh_subagent.events import render_error
+from dsh_subagent.service import MAX_SAFE_INTEGER, PublishedRun, SubagentService
+from dsh_subagent.tool_protocol import (
+    ABORTED_BEFORE_DISPATCH,
+    ModelTool,
+    ToolCallContext,
+    ToolError,
+    ToolResult,
+    error_message,
+    run_tool_call,
+    tool_error,
+)
+from dsh_subagent.types import (
+    ABORTED,
+    COMPLETED,
+    ERROR,
+    MAX_TOKENS,
+    REFUSAL,
+    AgentOptions,
+    ContentBlock,
+    ParentContext,
+    SubagentResult,
+    SubagentStartRequest,
+    TextBlock,
+    ToolFilter,
+    text_of,
+)
+
+__all__ = [
+    "ABORTED_BEFORE_DISPATCH",
+    "BackgroundLaunch",
+    "BackgroundLauncher",
+    "ModelTool",
+    "SubagentTool",
+    "SubagentToolConfig",
+    "ToolCallContext",
+    "ToolError",
+    "ToolResult",
+    "render_foreground_failure",
+    "run_tool_call",
+]
+
+DESCRIPTION_PARAMETER: Final = "A short (3-5 word) description of the delegated task, for display."
+PROMPT_FRESH: Final = (
+    "The complete, self-contained task for the subagent. It does not share this "
+    "conversation's context, so include everything it needs."
+)
+PROMPT_INHERITED: Final = (
+    "The task for the subagent. It already sees this conversation's completed turns, so "
+    "build on them freely and state only what is new."
+)
+RUN_IN_BACKGROUND_PARAMETER: Final = (
+    "Whether to run as a background job and return its id. Defaults to false; collect with "
+    "job_output or stop with job_kill."
+)
+BASE_FRESH: Final = (
+    "Delegate a self-contained task to a subagent (a separate agent that works in its own "
+    "context) to offload focused, independent work — research, a scoped implementation, an "
+    "analysis — so it does not consume this conversation's context. The subagent returns its "
+    "result, not its intermediate steps. Give it a complete, standalone prompt: it does not "
+    "see this conversation."
+)
+BASE_INHERITED: Final = (
+    "Delegate a task to a subagent that inherits this conversation: a child agent seeded with "
+    "all completed turns so far (it does not see the current in-flight turn). Use this when "
+    "the subtask builds on this conversation's context — a follow-up analysis, a review, a "
+    "continuation — without consuming this conversation's context for the work itself. You "
+    "receive its result, not its intermediate steps."
+)
+SUFFIX_BACKGROUND: Final = (
+    " This call waits for the result by default. Set `run_in_background: true` to return a "
+    "job id; collect with `job_output` and stop with `job_kill`."
+)
+SUFFIX_FOREGROUND_ONLY: Final = " This call waits for the subagent and returns its result."
+
+BACKGROUND_UNAVAILABLE: Final = "background jobs unavailable: load dsh-tool-jobs"
+
+_HEADLINES: Final = {
+    ABORTED: "subagent run was cancelled",
+    ERROR: "subagent run failed",
+    MAX_TOKENS: "subagent run hit its token limit before finishing",
+    REFUSAL: "subagent declined the task",
+}
+
+
+class SubagentToolConfig(BaseModel):
+    """One configured subagent tool row (validated at load).
+
+    Attributes:
+        tool_name: The tool's model-visible name; unique per loaded tool.
+        provider: The provider instance name this tool delegates to (not model-visible).
+        background_mode: Only ``one-shot``: foreground by default, background means a Job.
+        enable_run_in_background: When false, ``run_in_background`` is neither offered
+            nor accepted.
+        max_depth: A non-negative safe integer sent as the request's ``max_depth``
+            (needs the provider's ``depth_limit``), or ``provider-managed`` to send none
+            and leave the recursion budget to the provider (what product rows use).
+        persona: Forwarded when set (needs the ``persona`` capability).
+        tool_filter: Forwarded when set (needs ``tool_filter``); must name allow or deny.
+        agent_options: Forwarded when set (needs ``agent_options``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    tool_name: str = "subagent"
+    provider: str
+    background_mode: Literal["one-shot"] = "one-shot"
+    enable_run_in_background: StrictBool = True
+    max_depth: StrictInt | Literal["provider-managed"] = 3
+    persona: str | None = None
+    tool_filter: ToolFilter | None = None
+    agent_options: AgentOptions | None = None
+
+    @field_validator("tool_name", "provider")
+    @classmethod
+    def _non_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("max_depth")
+    @classmethod
+    def _safe_depth(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 0 <= value <= MAX_SAFE_INTEGER:
+            raise ValueError("subagent max_depth must be a non-negative safe integer")
+        return value
+
+    @field_validator("tool_filter")
+    @classmethod
+    def _filled_filter(cls, value: ToolFilter | None) -> ToolFilter | None:
+        if value is not None and value.allow is None and value.deny is None:
+            raise ValueError(
+                "tool-subagent: `tool_filter` is configured but names neither `allow` nor "
+                "`deny` — remove the key or fill the filter"
+            )
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundLaunch:
+    """Everything a Jobs runtime needs to own one background delegation.
+
+    The request fields are the tool call's, minus cancellation: the Job owns a fresh
+    cancel channel, because the tool call stops owning the child once the id returns.
+
+    Attributes:
+        service: The subagent service to start the run on.
+        provider: The provider instance name.
+        label: The model's ``description`` (the Job label).
+        owner: The delegating parent (Job ownership and visibility).
+        prompt: The child's user message.
+        agent_options: Configured start option, or ``None``.
+        output_schema: Always ``None`` for the tool (kept for launch parity).
+        max_depth: Configured numeric depth cap, or ``None``.
+        tool_filter: Configured filter, or ``None``.
+        persona: Configured persona, or ``None``.
+    """
+
+    service: SubagentService
+    provider: str
+    label: str
+    owner: ParentContext
+    prompt: tuple[ContentBlock, ...]
+    agent_options: AgentOptions | None = None
+    output_schema: Mapping[str, JsonValue] | None = None
+    max_depth: int | None = None
+    tool_filter: ToolFilter | None = None
+    persona: str | None = None
+
+    def start_request(self, cancel: CancelSignal) -> SubagentStartRequest:
+        """The start request for this launch, bound to the Job's cancel signal."""
+        return SubagentStartRequest(
+            prompt=self.prompt,
+            parent=self.owner,
+            cancel=cancel,
+            label=self.label,
+            agent_options=self.agent_options,
+            output_schema=self.output_schema,
+            max_depth=self.max_depth,
+            tool_filter=self.tool_filter,
+            persona=self.persona,
+        )
+
+    async def start(self, cancel: CancelSignal) -> PublishedRun:
+        """``service.start(provider, start_request(cancel))``."""
+        return await self.service.start(self.provider, self.start_request(cancel))
+
+
+class BackgroundLauncher(Protocol):
+    """Implemented by the Jobs runtime (dsh-tool-jobs) to take a run into the background."""
+
+    def launch(self, launch: BackgroundLaunch) -> str:
+        """Run Job preflight and registration synchronously and return the Job id.
+
+        It must not wait for the provider to start: startup continues inside the Job.
+        If preflight fails it raises, and the provider is never started.
+        """
+        ...
+
+
+def render_foreground_failure(result: SubagentResult) -> str:
+    """The message of a non-completed foreground result (without the ``Error: `` prefix).
+
+    ``<headline>``, then ``\\nDiagnostic: <diagnostic>`` when there is one, then
+    ``\\nPartial output before the run ended:\\n<text>`` when the text is non-empty.
+    """
+    reason = result.stop_reason
+    message = _HEADLINES.get(reason, f"subagent run ended abnormally ({reason})")
+    if result.diagnostic:
+        message += f"\nDiagnostic: {result.diagnostic}"
+    partial = result.text
+    if partial:
+        message += f"\nPartial output before the run ended:\n{partial}"
+    return message
+
+
+def _string_argument(arguments: Mapping[str, object], key: str) -> str:
+    value = arguments.get(key)
+    if not isinstance(value, str):
+        raise ToolError(f'argument "{key}" must be a string')
+    return value
+
+
+class SubagentTool:
+    """The model-facing delegation tool bound to one provider instance.
+
+    Args:
+        service: The running subagent service.
+        config: The tool row.
+        background: The Jobs launcher; without it ``run_in_background: true`` fails.
+    """
+
+    def __init__(
+        self,
+        service: SubagentService,
+        config: SubagentToolConfig,
+        background: BackgroundLauncher | None = None,
+    ) -> None:
+        self._service = service
+        self._config = config
+        self._background = background
+        self.check_mount()
+
+    @property
+    def config(self) -> SubagentToolConfig:
+        """The tool row."""
+        return self._config
+
+    @property
+    def name(self) -> str:
+        """The configured tool name."""
+        return self._config.tool_name
+
+    def _inherits(self) -> bool:
+        provider = self._service.get_provider(self._config.provider)
+        return provider is not None and provider.inherits_parent_context
+
+    @property
+    def description(self) -> str:
+        """Wording follows the provider's ``inherits_parent_context`` and background."""
+        base = BASE_INHERITED if self._inherits() else BASE_FRESH
+        suffix = (
+            SUFFIX_BACKGROUND if self._config.enable_run_in_background else SUFFIX_FOREGROUND_ONLY
+        )
+        return base + suffix
+
+    @property
+    def parameters(self) -> dict[str, JsonValue]:
+        """Exactly ``description``, ``prompt`` and, with background, ``run_in_background``."""
+        properties: dict[str, JsonValue] = {
+            "description": {"type": "string", "description": DESCRIPTION_PARAMETER},
+            "prompt": {
+                "type": "string",
+                "description": PROMPT_INHERITED if self._inherits() else PROMPT_FRESH,
+            },
+        }
+        if self._config.enable_run_in_background:
+            properties["run_in_background"] = {
+                "type": "boolean",
+                "description": RUN_IN_BACKGROUND_PARAMETER,
+            }
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": ["description", "prompt"],
+            "additionalProperties": False,
+        }
+
+    def is_concurrency_safe(self, arguments: Mapping[str, object]) -> bool:
+        """Always true: sibling delegations in one assistant message run in parallel."""
+        del arguments
+        return True
+
+    def check_mount(self) -> None:
+        """Refuse a numeric ``max_depth`` for a registered provider without ``depth_limit``.
+
+        Runs at construction (when the provider is already registered) and on every call
+        (the provider may be registered or replaced later).
+
+        Raises:
+            SubagentError: ``INVALID_CONFIG`` naming ``provider-managed``.
+        """
+        provider = self._service.get_provider(self._config.provider)
+        if (
+            provider is not None
+            and isinstance(self._config.max_depth, int)
+            and not provider.capabilities.depth_limit
+        ):
+            raise SubagentError(
+                SubagentErrorCode.INVALID_CONFIG,
+                f'tool-subagent: provider "{self._config.provider}" cannot enforce max_depth '
+                "(no depth_limit capability) — set max_depth: 'provider-managed' to leave the "
+                "recursion budget to the provider",
+            )
+
+    async def call(self, arguments: Mapping[str, object], context: ToolCallContext) -> ToolResult:
+        """Delegate one task; every failure comes back as an ``Error: ...`` result."""
+        if context.cancel.aborted:
+            return tool_error(ABORTED_BEFORE_DISPATCH)
+        try:
+            return await self._call(arguments, context)
+        except Exception as exc:
+            return tool_error(error_message(exc))
+
+    async def _call(self, arguments: Mapping[str, object], context: ToolCallContext) -> ToolResult:
+        if context.parent is None:
+            raise ToolError("subagent tool requires a calling agent (no parent context)")
+        description = _string_argument(arguments, "description")
+        prompt = _string_argument(arguments, "prompt")
+        background = arguments.get("run_in_background", False)
+        if background is None:
+            background = False
+        if not isinstance(background, bool):
+            raise ToolError('argument "run_in_background" must be a boolean')
+        if background and not self._config.enable_run_in_background:
+            raise ToolError(
+                "run_in_background is disabled for this tool instance "
+                "(enable_run_in_background: false)"
+            )
+        self.check_mount()
+        config = self._config
+        launch = BackgroundLaunch(
+            service=self._service,
+            provider=config.provider,
+            label=description,
+            owner=context.parent,
+            prompt=(TextBlock(text=prompt),),
+            agent_options=config.agent_options,
+            max_depth=config.max_depth if isinstance(config.max_depth, int) else None,
+            tool_filter=config.tool_filter,
+            persona=config.persona,
+        )
+        if background:
+            if self._background is None:
+                raise ToolError(BACKGROUND_UNAVAILABLE)
+            job_id = self._background.launch(launch)
+            return ToolResult(f"started background subagent job {job_id}")
+        run = await launch.start(context.cancel)
+        return await _collect_foreground(run)
+
+
+async def _collect_foreground(run: PublishedRun) -> ToolResult:
+    """Wait for the result, then always dispose; report both failures when both happen."""
+    result_message: str | None = None
+    text = ""
+    try:
+        result = await run.result()
+        if result.stop_reason == COMPLETED:
+            text = text_of(result.output)
+        else:
+            result_message = render_foreground_failure(result)
+    except Exception as exc:
+        result_message = f"subagent run failed: {render_error(exc)}"
+    finally:
+        # Shielded: a cancelled tool call still waits for the child's teardown.
+        with anyio.CancelScope(shield=True):
+            dispose_error: Exception | None = None
+            try:
+                await run.dispose()
+            except Exception as exc:
+                dispose_error = exc
+    if dispose_error is None:
+        return tool_error(result_message) if result_message is not None else ToolResult(text)
+    dispose_line = f"dispose failed: {error_message(dispose_error)}"
+    if result_message is None:
+        return tool_error(dispose_line)
+    # The dispose failure goes before any partial output so the partial text stays last.
+    head, sep, partial = result_message.partition("\nPartial output before the run ended:\n")
+    combined = f"{head}\n{dispose_line}"
+    if sep:
+        combined += sep + partial
+    return tool_error(combined)
