@@ -138,3 +138,15 @@ def pid_alive(pid: int) -> bool:
             return handle.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+async def wait_until_recorded(agent: Scripted, event: str, method: str | None = None) -> None:
+    """Poll the agent's record until it shows ``event`` (an incoming ``method`` frame)."""
+    with anyio.fail_after(20):
+        while True:
+            if method is not None:
+                if agent.frames("incoming", method):
+                    return
+            elif agent.events(event):
+                return
+            await anyio.sleep(0.02)

@@ -83,7 +83,7 @@ class AcpChild:
         self.conn = ClientSideConnection(cast(Client, self.client), self.transport)
         self.failure: AcpFailure | None = None
         self._closing = False
-        self._prompting = False
+        self._turn_open = False
         self._cancel_sent = False
 
     # -- requests ---------------------------------------------------------------------
@@ -171,28 +171,33 @@ class AcpChild:
         session_id = self.client.session_id
         assert session_id is not None
         blocks: list[PromptBlock] = [TextContentBlock(type="text", text=text) for text in texts]
-        self._prompting = True
+        self._turn_open = True
         try:
             response: PromptResponse = await self._request(
                 "prompt", lambda: self.conn.prompt(session_id=session_id, prompt=blocks)
             )
-            acp_stop = response.stop_reason
-            if acp_stop not in _KNOWN_ACP_STOP_REASONS:
-                raise AcpFailure("prompt", "invalid-response")
-            if acp_stop == "max_turn_requests":
-                raise AcpFailure("prompt", MAX_TURN_REQUESTS_CATEGORY)
-            stop_reason = map_stop_reason(acp_stop)
-            if stop_reason == COMPLETED and not self.client.answer.strip():
-                raise AcpFailure("prompt", "blank-answer")
-            return SubagentResult(output=self.output(), stop_reason=stop_reason)
+        except AcpFailure as failure:
+            self._turn_open = False
+            self.failure = failure
+            raise
+        # A cancelled request leaves the turn open: session/cancel is still owed.
+        self._turn_open = False
+        try:
+            return self._settle_turn(response)
         except AcpFailure as failure:
             self.failure = failure
             raise
-        except Exception as exc:
-            self.failure = AcpFailure("prompt", "unknown")
-            raise self.failure from exc
-        finally:
-            self._prompting = False
+
+    def _settle_turn(self, response: PromptResponse) -> SubagentResult:
+        acp_stop = response.stop_reason
+        if acp_stop not in _KNOWN_ACP_STOP_REASONS:
+            raise AcpFailure("prompt", "invalid-response")
+        if acp_stop == "max_turn_requests":
+            raise AcpFailure("prompt", MAX_TURN_REQUESTS_CATEGORY)
+        stop_reason = map_stop_reason(acp_stop)
+        if stop_reason == COMPLETED and not self.client.answer.strip():
+            raise AcpFailure("prompt", "blank-answer")
+        return SubagentResult(output=self.output(), stop_reason=stop_reason)
 
     def output(self) -> tuple[TextBlock, ...]:
         """The streamed answer so far as one text block (none when nothing streamed)."""
@@ -217,7 +222,7 @@ class AcpChild:
     async def send_cancel(self) -> None:
         """Best-effort ``session/cancel`` for a turn still in flight (bounded, shielded)."""
         session_id = self.client.session_id
-        if self._cancel_sent or self._closing or session_id is None or not self._prompting:
+        if self._cancel_sent or self._closing or session_id is None or not self._turn_open:
             return
         self._cancel_sent = True
         with anyio.move_on_after(_CANCEL_SEND_BOUND, shield=True):

@@ -1,0 +1,200 @@
+"""Cancellation at every phase and the two-stage shutdown down to whole-tree exit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from acp_harness import (
+    Scripted,
+    make_request,
+    pid_alive,
+    started_run,
+    wait_until_recorded,
+)
+from dsh_subagent import CancelController, ProductStartError
+
+
+# The acp library's connection is asyncio-only (see test_backend.py for trio).
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+pytestmark = pytest.mark.anyio
+
+ABORTED = "subagent-acp: request was aborted before the ACP agent started"
+
+
+async def test_pre_aborted_request_spawns_nothing(tmp_path: Path) -> None:
+    agent = Scripted(tmp_path)
+    controller = CancelController()
+    controller.cancel()
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ProductStartError, match=r"^subagent-acp: request was aborted"):
+            await agent.provider().start(
+                make_request(tg, cwd=str(agent.workspace), controller=controller)
+            )
+    assert agent.records() == []
+
+
+@pytest.mark.parametrize(
+    ("stage_key", "method"), [("initialize", "initialize"), ("session_new", "session/new")]
+)
+async def test_cancel_during_startup_rolls_back(
+    tmp_path: Path, stage_key: str, method: str
+) -> None:
+    agent = Scripted(tmp_path, {stage_key: {"do": "hang"}, "on_eof": "ignore", "grandchild": True})
+    controller = CancelController()
+    provider = agent.provider()
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+
+            async def cancel_when_waiting() -> None:
+                await wait_until_recorded(agent, "frame", method)
+                controller.cancel()
+
+            tg.start_soon(cancel_when_waiting)
+            with pytest.raises(ProductStartError) as caught:
+                await provider.start(
+                    make_request(tg, cwd=str(agent.workspace), controller=controller)
+                )
+    assert caught.value.message == ABORTED
+    started = agent.started()
+    assert not pid_alive(started["pid"])
+    assert not pid_alive(started["grandchild"])
+
+
+async def test_caller_cancellation_of_start_rolls_back(tmp_path: Path) -> None:
+    agent = Scripted(tmp_path, {"session_new": {"do": "hang"}, "on_eof": "ignore"})
+    provider = agent.provider()
+    async with anyio.create_task_group() as tg:
+        with anyio.move_on_after(20) as scope:
+
+            async def cancel_when_waiting() -> None:
+                await wait_until_recorded(agent, "frame", "session/new")
+                scope.cancel()
+
+            tg.start_soon(cancel_when_waiting)
+            await provider.start(make_request(tg, cwd=str(agent.workspace)))
+            pytest.fail("start() returned although its caller was cancelled")
+    assert not pid_alive(agent.started()["pid"])
+
+
+async def test_cancel_mid_prompt_sends_session_cancel_and_settles_aborted(tmp_path: Path) -> None:
+    agent = Scripted(tmp_path, {"prompt": [{"chunk": "partial"}, {"wait_cancel": True}]})
+    controller = CancelController()
+    with anyio.fail_after(20):
+        async with started_run(
+            agent.provider(), cwd=str(agent.workspace), controller=controller
+        ) as run:
+            await wait_until_recorded(agent, "frame", "session/prompt")
+            controller.cancel()
+            result = await run.result()
+            await wait_until_recorded(agent, "cancel_seen")
+    assert result.stop_reason == "aborted"
+    assert result.text == "partial"
+    assert result.diagnostic is None
+    (cancel,) = agent.frames("incoming", "session/cancel")
+    assert cancel["params"]["sessionId"].startswith("scripted-session-")
+
+
+async def test_agent_ignoring_cancel_still_settles_aborted_and_is_reaped(tmp_path: Path) -> None:
+    agent = Scripted(
+        tmp_path,
+        {
+            "prompt": [{"chunk": "partial"}, {"wait_cancel": True, "then": "hang"}],
+            "on_eof": "ignore",
+            "trap_term": True,
+            "grandchild": True,
+        },
+    )
+    controller = CancelController()
+    provider = agent.provider(dispose_eof_grace=0.3, dispose_grace=0.3)
+    with anyio.fail_after(20):
+        async with started_run(provider, cwd=str(agent.workspace), controller=controller) as run:
+            await wait_until_recorded(agent, "frame", "session/prompt")
+            controller.cancel()
+            begun = time.monotonic()
+            result = await run.result()
+            assert time.monotonic() - begun < 2.0
+            await wait_until_recorded(agent, "cancel_seen")
+    assert result.stop_reason == "aborted"
+    started = agent.started()
+    assert not pid_alive(started["pid"])
+    assert not pid_alive(started["grandchild"])
+
+
+async def test_dispose_mid_prompt_cancels_first_then_shuts_down(tmp_path: Path) -> None:
+    agent = Scripted(
+        tmp_path, {"prompt": [{"chunk": "partial"}, {"wait_cancel": True, "then": "hang"}]}
+    )
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            run = await agent.provider().start(make_request(tg, cwd=str(agent.workspace)))
+            await wait_until_recorded(agent, "frame", "session/prompt")
+            await run.dispose()
+            result = await run.result()
+    assert result.stop_reason == "aborted"
+    assert result.text == "partial"
+    events = [
+        r["event"] if r["event"] != "frame" else r["message"].get("method") for r in agent.records()
+    ]
+    assert events.index("session/cancel") < events.index("stdin_eof")
+
+
+async def test_dispose_after_completion_sends_no_cancel(tmp_path: Path) -> None:
+    agent = Scripted(tmp_path, {"prompt": [{"chunk": "done"}]})
+    async with started_run(agent.provider(), cwd=str(agent.workspace)) as run:
+        assert (await run.result()).stop_reason == "completed"
+    assert agent.frames("incoming", "session/cancel") == []
+
+
+async def test_eof_deaf_agent_with_setsid_grandchild_whole_tree_exits(tmp_path: Path) -> None:
+    agent = Scripted(
+        tmp_path, {"prompt": [{"chunk": "ok"}], "on_eof": "ignore", "grandchild": True}
+    )
+    provider = agent.provider(dispose_eof_grace=0.5, dispose_grace=0.5)
+    with anyio.fail_after(20):
+        async with started_run(provider, cwd=str(agent.workspace)) as run:
+            assert (await run.result()).text == "ok"
+            started = agent.started()
+            assert pid_alive(started["grandchild"])
+            begun = time.monotonic()
+            await run.dispose()
+            took = time.monotonic() - begun
+    assert agent.events("stdin_eof"), "stdin was closed first"
+    assert not pid_alive(started["pid"])
+    assert not pid_alive(started["grandchild"])
+    # EOF window, then SIGTERM ends the agent quickly; no SIGKILL grace needed.
+    assert 0.5 <= took < 3.0
+
+
+async def test_term_trapping_agent_is_killed(tmp_path: Path) -> None:
+    agent = Scripted(tmp_path, {"prompt": [{"chunk": "ok"}], "on_eof": "ignore", "trap_term": True})
+    provider = agent.provider(dispose_eof_grace=0.3, dispose_grace=0.3)
+    with anyio.fail_after(20):
+        async with started_run(provider, cwd=str(agent.workspace)) as run:
+            await run.result()
+            begun = time.monotonic()
+            await run.dispose()
+            took = time.monotonic() - begun
+    assert not pid_alive(agent.started()["pid"])
+    assert 0.6 <= took < 4.0
+
+
+async def test_dispose_is_memoised_and_concurrent_calls_share_it(tmp_path: Path) -> None:
+    agent = Scripted(tmp_path, {"prompt": [{"chunk": "ok"}], "on_eof": "ignore"})
+    provider = agent.provider(dispose_eof_grace=0.3, dispose_grace=0.3)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            run = await provider.start(make_request(tg, cwd=str(agent.workspace)))
+            await run.result()
+            async with anyio.create_task_group() as disposers:
+                for _ in range(3):
+                    disposers.start_soon(run.dispose)
+            await run.dispose()
+    assert len(agent.events("stdin_eof")) == 1
+    assert not pid_alive(agent.started()["pid"])
