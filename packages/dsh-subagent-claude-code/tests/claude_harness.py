@@ -40,19 +40,21 @@ class Standin:
 
     def provider(
         self,
-        steps: Sequence[Mapping[str, Any]],
+        steps: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[str, Any]]],
         *,
         env: Mapping[str, str | None] | None = None,
         **config: Any,
     ) -> ClaudeCodeProvider:
         overlay: dict[str, str | None] = {
-            "STANDIN_SCENARIO": json.dumps(list(steps)),
+            "STANDIN_SCENARIO": json.dumps(steps if isinstance(steps, Mapping) else list(steps)),
             "STANDIN_RECORD": str(self.record),
         }
         overlay.update(env or {})
+        spawner = config.pop("spawner", None)
         return ClaudeCodeProvider(
             ClaudeCodeConfig(env=overlay, dispose_grace=config.pop("dispose_grace", 2.0), **config),
             cli_prefix=standin_prefix,
+            spawner=spawner,
         )
 
     def recorded(self, name: str) -> Any:

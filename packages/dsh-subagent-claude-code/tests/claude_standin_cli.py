@@ -85,7 +85,7 @@ def _result(step: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     _save("argv.json", sys.argv[1:])
     _save("env.json", dict(os.environ))
-    steps: list[dict[str, Any]] = json.loads(os.environ.get("STANDIN_SCENARIO", "[]"))
+    scenario: Any = json.loads(os.environ.get("STANDIN_SCENARIO", "[]"))
     init = _read()
     if init is None or init.get("request", {}).get("subtype") != "initialize":
         raise SystemExit(2)
@@ -99,6 +99,12 @@ def main() -> None:
     hooks = init["request"].get("hooks") or {}
     prompt = _read()
     _save("prompt.json", prompt)
+    # A dict scenario picks its steps by the task text, so runs of one instance can differ.
+    if isinstance(scenario, dict):
+        task = (prompt or {}).get("message", {}).get("content", "")
+        steps: list[dict[str, Any]] = list(scenario.get(task, scenario.get("*", [])))
+    else:
+        steps = list(scenario)
     counter = 0
     for step in steps:
         op = step["op"]
