@@ -99,10 +99,12 @@ def main() -> None:
     hooks = init["request"].get("hooks") or {}
     prompt = _read()
     _save("prompt.json", prompt)
+    steps: list[dict[str, Any]]
     # A dict scenario picks its steps by the task text, so runs of one instance can differ.
     if isinstance(scenario, dict):
         task = (prompt or {}).get("message", {}).get("content", "")
-        steps: list[dict[str, Any]] = list(scenario.get(task, scenario.get("*", [])))
+        chosen: list[dict[str, Any]] = scenario[task] if task in scenario else scenario.get("*", [])
+        steps = list(chosen)
     else:
         steps = list(scenario)
     counter = 0
