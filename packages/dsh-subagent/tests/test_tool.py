@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import anyio
 import pydantic
@@ -22,12 +22,13 @@ from dsh_subagent import (
     SubagentCapabilities,
     SubagentError,
     SubagentService,
+    SubagentStartRequest,
     TextBlock,
     ToolFilter,
 )
 from dsh_subagent.testing import Script, ScriptedProvider
 from dsh_subagent.tool import (
-    BackgroundLaunch,
+    BackgroundLauncher,
     ModelTool,
     SubagentTool,
     SubagentToolConfig,
@@ -484,28 +485,38 @@ async def test_malformed_arguments(service: SubagentService, bad: dict[str, obje
 # -- background -----------------------------------------------------------------------------
 
 
+@dataclass
+class Launch:
+    provider: str
+    request: SubagentStartRequest
+    label: str
+    parent: ParentContext
+
+
 class FakeLauncher:
     """Stands in for the Jobs runtime: preflight + registration, then a detached start."""
 
     def __init__(self, service: SubagentService, *, refuse: str | None = None) -> None:
         self.service = service
         self.refuse = refuse
-        self.launches: list[BackgroundLaunch] = []
+        self.launches: list[Launch] = []
         self.cancel = CancelController()
         self.outputs: list[str] = []
-        self.done = anyio.Event()
 
-    def launch(self, launch: BackgroundLaunch) -> str:
+    def launch(
+        self, *, provider: str, request: SubagentStartRequest, label: str, parent: ParentContext
+    ) -> str:
         if self.refuse is not None:
             raise RuntimeError(self.refuse)
-        self.launches.append(launch)
+        self.launches.append(Launch(provider, request, label, parent))
         return f"subagent-{len(self.launches)}"
 
     async def drive(self) -> None:
-        run = await self.launches[-1].start(self.cancel.signal)
+        launch = self.launches[-1]
+        owned = launch.request.model_copy(update={"cancel": self.cancel.signal})
+        run = await self.service.start(launch.provider, owned)
         self.outputs.append((await run.result()).text)
         await run.dispose()
-        self.done.set()
 
 
 async def test_background_returns_the_job_id_without_starting(service: SubagentService) -> None:
@@ -513,26 +524,35 @@ async def test_background_returns_the_job_id_without_starting(service: SubagentS
     service.register_provider(provider)
     launcher = FakeLauncher(service)
     owner_cancel = CancelController()
-    tool = SubagentTool(service, managed(persona=None), background=launcher)
+    tool = SubagentTool(service, managed(), background=launcher)
+    assert isinstance(launcher, BackgroundLauncher)
     result = await tool.call(args(run_in_background=True), context(owner_cancel))
     assert result == ToolResult("started background subagent job subagent-1")
     assert provider.start_count == 0  # the launcher owns startup
     launch = launcher.launches[0]
-    assert (launch.service, launch.provider, launch.label, launch.owner) == (
-        service,
-        "p",
-        "Do the thing",
-        PARENT,
-    )
-    assert launch.prompt == (TextBlock(text="do it"),)
-    request = launch.start_request(launcher.cancel.signal)
-    assert request.cancel is launcher.cancel.signal  # the Job's channel, not the tool call's
-    assert request.label == "Do the thing"
+    assert (launch.provider, launch.label, launch.parent) == ("p", "Do the thing", PARENT)
+    assert launch.request.prompt == (TextBlock(text="do it"),)
+    assert launch.request.label == "Do the thing"
+    assert launch.request.parent is PARENT
+    # The tool call's signal is not handed over: the Job owns cancellation from here.
+    assert launch.request.cancel is not owner_cancel.signal
+    assert not launch.request.cancel.aborted
     with anyio.fail_after(5):
         await launcher.drive()
     assert launcher.outputs == ["bg answer"]
     owner_cancel.cancel()
     assert provider.records[0].cancel_reasons == []
+
+
+async def test_background_forwards_configured_fields(service: SubagentService) -> None:
+    service.register_provider(
+        ScriptedProvider("p", capabilities=SubagentCapabilities(persona=True))
+    )
+    launcher = FakeLauncher(service)
+    tool = SubagentTool(service, managed(persona="critic"), background=launcher)
+    await tool.call(args(run_in_background=True), context())
+    request = launcher.launches[0].request
+    assert (request.persona, request.max_depth, request.tool_filter) == ("critic", None, None)
 
 
 async def test_background_without_jobs_runtime(service: SubagentService) -> None:

@@ -11,13 +11,11 @@ output. ``true`` hands the same run to the Jobs runtime through a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import Final, Literal, Protocol, runtime_checkable
 
 import anyio
 from pydantic import BaseModel, ConfigDict, JsonValue, StrictBool, StrictInt, field_validator
 
-from dsh_subagent.cancel import CancelSignal
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
 from dsh_subagent.events import render_error
 from dsh_subagent.service import MAX_SAFE_INTEGER, PublishedRun, SubagentService
@@ -38,7 +36,6 @@ from dsh_subagent.types import (
     MAX_TOKENS,
     REFUSAL,
     AgentOptions,
-    ContentBlock,
     ParentContext,
     SubagentResult,
     SubagentStartRequest,
@@ -49,7 +46,6 @@ from dsh_subagent.types import (
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
-    "BackgroundLaunch",
     "BackgroundLauncher",
     "ModelTool",
     "SubagentTool",
@@ -156,64 +152,27 @@ class SubagentToolConfig(BaseModel):
         return value
 
 
-@dataclass(frozen=True, slots=True)
-class BackgroundLaunch:
-    """Everything a Jobs runtime needs to own one background delegation.
+@runtime_checkable
+class BackgroundLauncher(Protocol):
+    """Implemented by the Jobs runtime (dsh-tool-jobs) to take a run into the background.
 
-    The request fields are the tool call's, minus cancellation: the Job owns a fresh
-    cancel channel, because the tool call stops owning the child once the id returns.
-
-    Attributes:
-        service: The subagent service to start the run on.
-        provider: The provider instance name.
-        label: The model's ``description`` (the Job label).
-        owner: The delegating parent (Job ownership and visibility).
-        prompt: The child's user message.
-        agent_options: Configured start option, or ``None``.
-        output_schema: Always ``None`` for the tool (kept for launch parity).
-        max_depth: Configured numeric depth cap, or ``None``.
-        tool_filter: Configured filter, or ``None``.
-        persona: Configured persona, or ``None``.
+    The launcher is bound to the same :class:`SubagentService` as the tool.
     """
 
-    service: SubagentService
-    provider: str
-    label: str
-    owner: ParentContext
-    prompt: tuple[ContentBlock, ...]
-    agent_options: AgentOptions | None = None
-    output_schema: Mapping[str, JsonValue] | None = None
-    max_depth: int | None = None
-    tool_filter: ToolFilter | None = None
-    persona: str | None = None
-
-    def start_request(self, cancel: CancelSignal) -> SubagentStartRequest:
-        """The start request for this launch, bound to the Job's cancel signal."""
-        return SubagentStartRequest(
-            prompt=self.prompt,
-            parent=self.owner,
-            cancel=cancel,
-            label=self.label,
-            agent_options=self.agent_options,
-            output_schema=self.output_schema,
-            max_depth=self.max_depth,
-            tool_filter=self.tool_filter,
-            persona=self.persona,
-        )
-
-    async def start(self, cancel: CancelSignal) -> PublishedRun:
-        """``service.start(provider, start_request(cancel))``."""
-        return await self.service.start(self.provider, self.start_request(cancel))
-
-
-class BackgroundLauncher(Protocol):
-    """Implemented by the Jobs runtime (dsh-tool-jobs) to take a run into the background."""
-
-    def launch(self, launch: BackgroundLaunch) -> str:
+    def launch(
+        self,
+        *,
+        provider: str,
+        request: SubagentStartRequest,
+        label: str,
+        parent: ParentContext,
+    ) -> str:
         """Run Job preflight and registration synchronously and return the Job id.
 
-        It must not wait for the provider to start: startup continues inside the Job.
-        If preflight fails it raises, and the provider is never started.
+        It must not wait for the provider to start: startup continues inside the Job,
+        under a Job-owned cancel signal that replaces ``request.cancel`` (the tool
+        passes a fresh, never-cancelled signal: the tool call stops owning the child
+        once the id returns). If preflight raises, the provider is never started.
         """
         ...
 
@@ -359,23 +318,27 @@ class SubagentTool:
             )
         self.check_mount()
         config = self._config
-        launch = BackgroundLaunch(
-            service=self._service,
-            provider=config.provider,
-            label=description,
-            owner=context.parent,
-            prompt=(TextBlock(text=prompt),),
-            agent_options=config.agent_options,
-            max_depth=config.max_depth if isinstance(config.max_depth, int) else None,
-            tool_filter=config.tool_filter,
-            persona=config.persona,
-        )
+        fields = {
+            "prompt": (TextBlock(text=prompt),),
+            "parent": context.parent,
+            "label": description,
+            "agent_options": config.agent_options,
+            "max_depth": config.max_depth if isinstance(config.max_depth, int) else None,
+            "tool_filter": config.tool_filter,
+            "persona": config.persona,
+        }
         if background:
             if self._background is None:
                 raise ToolError(BACKGROUND_UNAVAILABLE)
-            job_id = self._background.launch(launch)
+            job_id = self._background.launch(
+                provider=config.provider,
+                request=SubagentStartRequest.model_validate(fields),
+                label=description,
+                parent=context.parent,
+            )
             return ToolResult(f"started background subagent job {job_id}")
-        run = await launch.start(context.cancel)
+        request = SubagentStartRequest.model_validate({**fields, "cancel": context.cancel})
+        run = await self._service.start(config.provider, request)
         return await _collect_foreground(run)
 
 
