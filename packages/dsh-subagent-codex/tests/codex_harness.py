@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,6 +155,13 @@ class FakeCodex:
 
     def spawned(self, index: int = -1) -> bool:
         return any(r.get("event") == "started" for r in self.records(index))
+
+
+async def wait_until(predicate: Callable[[], bool], deadline: float = 20.0) -> None:
+    """Poll ``predicate`` (a marker written by the fake process) with a deadline."""
+    with anyio.fail_after(deadline):
+        while not predicate():  # noqa: ASYNC110 - the marker comes from another process
+            await anyio.sleep(0.01)
 
 
 def make_request(
