@@ -134,3 +134,23 @@ async def test_a_real_child_sees_the_scrubbed_environment_plus_overlay(
     assert seen["DSH_SESSION_ID"] == "s1"
     assert seen["EXPLICIT_OVERRIDE_PASSWORD"] == "p"
     assert seen["PATH"] == os.environ["PATH"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("guard", [True, False], ids=["guard", "direct"])
+async def test_the_guard_adds_nothing_to_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: bool
+) -> None:
+    # Python coerces a C locale by exporting LC_CTYPE; the guard must undo that for the product.
+    for name in ("LC_ALL", "LC_CTYPE"):
+        monkeypatch.delenv(name, raising=False)
+    spec = SpawnSpec(
+        argv=("/usr/bin/env",), cwd=str(tmp_path), env={"LANG": "C"}, host_death_guard=guard
+    )
+    async with await spawn(spec) as proc:
+        assert proc.stdout is not None
+        out = b""
+        async for chunk in proc.stdout:
+            out += chunk
+    names = {line.split("=", 1)[0] for line in out.decode().splitlines()}
+    assert names == set(child_env({"LANG": "C"}))

@@ -1,6 +1,6 @@
 """Host-death guard: sits between the host and one product process (Linux).
 
-Run by the host as ``python -I -S _guard.py STATUS_FD LIFELINE_FD PROGRAM [ARG...]`` in a
+Run by the host as ``python -I -S _guard.py STATUS_FD LIFELINE_FD LC_CTYPE PROGRAM [ARG...]`` in a
 new session, with the product's stdio, cwd and environment. It imports only the
 standard library. It
 
@@ -20,11 +20,11 @@ The guard ignores SIGTERM/SIGINT/SIGHUP so a group SIGTERM reaches the product w
 the guard keeps reaping; the host's escalation SIGKILLs it with the rest of the group.
 """
 
-import contextlib
+# _signal, not signal: the latter imports enum, a few ms of start-up for every product.
+import _signal as signal  # type: ignore[import-not-found]
 import ctypes
 import os
 import select
-import signal
 import sys
 
 _PR_SET_PDEATHSIG = 1
@@ -37,8 +37,10 @@ def _ignore(signum: int, frame: object) -> None:
 
 
 def _write(fd: int, text: str) -> None:
-    with contextlib.suppress(OSError):  # the host is gone: the lifeline will say so
+    try:  # noqa: SIM105 - contextlib costs start-up time
         os.write(fd, text.encode("ascii"))
+    except OSError:
+        pass  # the host is gone: the lifeline will say so
 
 
 def _descendants(root: int) -> list[int]:
@@ -83,8 +85,10 @@ def _kill_everything() -> None:
         if not targets:
             return
         for pid in targets:
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - contextlib costs start-up time
                 os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         _reap_all()
         select.select([], [], [], 0.005)
 
@@ -126,7 +130,14 @@ def _exec_product(
 def main(argv: list[str]) -> None:
     status_fd = int(argv[1])
     lifeline_fd = int(argv[2])
-    program = argv[3:]
+    # Python's start-up may coerce a C locale by exporting LC_CTYPE; the product gets
+    # the environment the host chose: "-" means unset, "=<value>" means that value.
+    lc_ctype = argv[3]
+    if lc_ctype == "-":
+        os.environ.pop("LC_CTYPE", None)
+    else:
+        os.environ["LC_CTYPE"] = lc_ctype[1:]
+    program = argv[4:]
     os.set_inheritable(status_fd, False)
     os.set_inheritable(lifeline_fd, False)
     libc = ctypes.CDLL(None, use_errno=True)

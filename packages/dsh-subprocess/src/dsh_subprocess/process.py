@@ -331,9 +331,9 @@ class ManagedProcess(anyio.abc.AsyncResource):
             # The guard is gone; whatever it reported is in the pipe by now.
             self._read_status()
             if self._facts is None and self._status_eof:
-                # The guard died before it could report (it was SIGKILLed with the group):
-                # its own observed end is the only fact there is about the unit.
-                self._facts = _facts_from_returncode(self._process.returncode)
+                # The guard was killed before it could reap the product (the host-exit
+                # path): its own end says nothing about the product's, so nothing is known.
+                self._facts = ExitFacts(exit_code=None, signal=None)
         return self._facts
 
     async def _handshake(self) -> None:
@@ -465,7 +465,17 @@ async def spawn(
             opened += [status_r, status_w, lifeline_r, lifeline_w]
             parent_only_closes += [status_w, lifeline_r]
             os.set_blocking(status_r, False)
-            argv = [sys.executable, "-I", "-S", GUARD_PATH, str(status_w), str(lifeline_r), *argv]
+            lc_ctype = "-" if "LC_CTYPE" not in env else "=" + env["LC_CTYPE"]
+            argv = [
+                sys.executable,
+                "-I",
+                "-S",
+                GUARD_PATH,
+                str(status_w),
+                str(lifeline_r),
+                lc_ctype,
+                *argv,
+            ]
             pass_fds = (status_w, lifeline_r)
         try:
             with anyio.CancelScope(shield=True):
@@ -495,11 +505,13 @@ async def spawn(
         lifeline_fd=lifeline_w,
         stderr_drain=drain,
     )
-    if guarded:
-        try:
+    try:
+        if guarded:
             await proc._handshake()
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await proc.terminate()
-            raise
+        # A cancelled spawn never hands out a process: it is torn down here instead.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await proc.terminate()
+        raise
     return proc
