@@ -1,0 +1,138 @@
+"""Configuration, packaging, entry point and the pinned binary's fixed argv."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import os
+from pathlib import Path
+
+import pytest
+from dsh_subagent import NO_START_CAPABILITIES
+from dsh_subagent_codex import (
+    APP_SERVER_ARGS,
+    PINNED_CODEX_VERSION,
+    CodexConfig,
+    CodexProvider,
+    codex_app_server_argv,
+)
+from dsh_subprocess import MAX_GRACE_SECONDS
+from pydantic import ValidationError
+
+
+def test_defaults() -> None:
+    config = CodexConfig()
+    assert config.provider_name == "codex"
+    assert config.model is None
+    assert config.env == {}
+    assert config.permission_mode == "never"
+    assert config.dispose_grace == 3.0
+    assert config.cwd is None
+
+
+def test_provider_surface_and_construction_starts_nothing() -> None:
+    provider = CodexProvider(CodexConfig(provider_name="codex-safe"))
+    assert CodexProvider.Config is CodexConfig
+    assert provider.name == "codex-safe"
+    assert provider.capabilities == NO_START_CAPABILITIES
+    assert provider.inherits_parent_context is False
+
+
+def test_entry_point_advertises_the_provider() -> None:
+    (entry,) = [
+        e
+        for e in importlib.metadata.entry_points(group="dsh.subagent.providers")
+        if e.name == "codex"
+    ]
+    assert entry.value == "dsh_subagent_codex:CodexProvider"
+    assert entry.load() is CodexProvider
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("provider_name", ""),
+        ("model", ""),
+        ("permission_mode", "on-request"),
+        ("permission_mode", "untrusted"),
+        ("permission_mode", "future-mode"),
+        ("unknown_key", 1),
+        ("env", {"A": 1}),
+    ],
+)
+def test_invalid_values_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(ValidationError) as caught:
+        CodexConfig.model_validate({field: value})
+    assert caught.value.errors()[0]["loc"][0] == field
+
+
+@pytest.mark.parametrize("grace", [0, -1, math.nan, math.inf, -math.inf, True, "3"])
+def test_dispose_grace_must_be_positive_finite(grace: object) -> None:
+    with pytest.raises(ValidationError) as caught:
+        CodexConfig.model_validate({"dispose_grace": grace})
+    assert "subagent-codex: dispose_grace must be a positive finite number" in str(caught.value)
+
+
+def test_dispose_grace_is_bounded_by_the_subprocess_maximum() -> None:
+    assert CodexConfig(dispose_grace=MAX_GRACE_SECONDS).dispose_grace == MAX_GRACE_SECONDS
+    with pytest.raises(ValidationError, match="must be no greater than"):
+        CodexConfig(dispose_grace=MAX_GRACE_SECONDS * 2)
+
+
+def test_cwd_is_validated_and_resolved_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert CodexConfig(cwd="sub").cwd == str(tmp_path / "sub")
+    with pytest.raises(ValidationError, match="config cwd must not be empty"):
+        CodexConfig(cwd="")
+    with pytest.raises(ValidationError, match="not an accessible directory"):
+        CodexConfig(cwd=str(tmp_path / "missing"))
+
+
+def test_named_instances_keep_their_own_values() -> None:
+    first = CodexProvider(CodexConfig(provider_name="a", model="m1", env={"K": "1"}))
+    second = CodexProvider(
+        CodexConfig(
+            provider_name="b",
+            model="m2",
+            permission_mode="dangerously-bypass-approvals-and-sandbox",
+            dispose_grace=0.5,
+        )
+    )
+    assert (first.config.model, second.config.model) == ("m1", "m2")
+    assert first.config.permission_mode == "never"
+    assert first.config.env == {"K": "1"}
+    assert second.config.env == {}
+    with pytest.raises(ValidationError):
+        first.config.model = "changed"  # type: ignore[misc]
+
+
+def test_argv_is_the_pinned_native_binary_with_the_stdio_listener(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    host_bin = tmp_path / "bin"
+    host_bin.mkdir()
+    (host_bin / "codex").write_text("#!/bin/sh\n")
+    (host_bin / "codex").chmod(0o755)
+    monkeypatch.setenv("PATH", str(host_bin))
+    argv = codex_app_server_argv()
+    assert argv[1:] == APP_SERVER_ARGS == ("app-server", "--listen", "stdio://")
+    binary = Path(argv[0])
+    assert binary.is_absolute()
+    assert binary.parent.parent.name == "codex_cli_bin"
+    assert not binary.is_relative_to(host_bin)
+    assert os.access(binary, os.X_OK)
+    with binary.open("rb") as handle:
+        assert handle.read(4) == b"\x7fELF"  # the native binary, not a Node shim
+
+
+def test_the_pinned_distribution_is_installed() -> None:
+    assert importlib.metadata.version("openai-codex-cli-bin") == PINNED_CODEX_VERSION
+    requirement = [
+        r
+        for r in importlib.metadata.requires("dsh-subagent-codex") or []
+        if r.startswith("openai-codex-cli-bin")
+    ]
+    assert requirement == [f"openai-codex-cli-bin=={PINNED_CODEX_VERSION}"]
