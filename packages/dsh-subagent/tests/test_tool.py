@@ -34,6 +34,7 @@ from dsh_subagent.tool import (
     SubagentToolConfig,
     ToolCallContext,
     ToolResult,
+    mount_subagent_tool,
     run_tool_call,
 )
 
@@ -602,3 +603,67 @@ async def test_run_tool_call_renders_escaping_exceptions() -> None:
 
     result = await run_tool_call(Exploding(), {}, context())
     assert result == ToolResult("Error: ValueError: kaput", is_error=True)
+
+
+# -- mounting ------------------------------------------------------------------------------
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.tools: dict[str, SubagentTool] = {}
+        self.log: list[str] = []
+
+    def mount(self, tool: SubagentTool) -> None:
+        assert tool.name not in self.tools
+        self.tools[tool.name] = tool
+        self.log.append(f"+{tool.name}")
+
+    def unmount(self, tool: SubagentTool) -> None:
+        del self.tools[tool.name]
+        self.log.append(f"-{tool.name}")
+
+
+async def test_tool_follows_its_provider(service: SubagentService) -> None:
+    registry = Registry()
+    dispose = mount_subagent_tool(
+        service, managed(provider="late"), on_mount=registry.mount, on_unmount=registry.unmount
+    )
+    assert registry.tools == {}
+    service.register_provider(ScriptedProvider("other"))  # ignored
+    assert registry.log == []
+    remove = service.register_provider(ScriptedProvider("late"))
+    assert registry.log == ["+subagent"]
+    assert registry.tools["subagent"].description.startswith("Delegate a self-contained")
+    assert (await registry.tools["subagent"].call(args(), context())).text == "done"
+    remove()
+    assert registry.tools == {}
+    service.register_provider(ScriptedProvider("late", inherits_parent_context=True))
+    assert registry.tools["subagent"].description.startswith("Delegate a task to a subagent that")
+    dispose()
+    assert registry.log == ["+subagent", "-subagent", "+subagent", "-subagent"]
+
+
+async def test_disposed_mount_never_mounts(service: SubagentService) -> None:
+    registry = Registry()
+    dispose = mount_subagent_tool(
+        service, managed(provider="p"), on_mount=registry.mount, on_unmount=registry.unmount
+    )
+    dispose()
+    service.register_provider(ScriptedProvider("p"))
+    assert registry.log == []
+
+
+async def test_numeric_depth_refuses_the_late_provider_registration(
+    service: SubagentService,
+) -> None:
+    registry = Registry()
+    mount_subagent_tool(
+        service,
+        SubagentToolConfig(provider="p", max_depth=3),
+        on_mount=registry.mount,
+        on_unmount=registry.unmount,
+    )
+    with pytest.raises(SubagentError, match="provider-managed"):
+        service.register_provider(ScriptedProvider("p"))
+    assert service.list() == ()
+    assert registry.tools == {}

@@ -10,14 +10,15 @@ output. ``true`` hands the same run to the Jobs runtime through a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from typing import Final, Literal, Protocol, runtime_checkable
 
 import anyio
 from pydantic import BaseModel, ConfigDict, JsonValue, StrictBool, StrictInt, field_validator
 
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
-from dsh_subagent.events import render_error
+from dsh_subagent.events import ProviderAdded, ProviderRemoved, SubagentEvent, render_error
 from dsh_subagent.service import MAX_SAFE_INTEGER, PublishedRun, SubagentService
 from dsh_subagent.tool_protocol import (
     ABORTED_BEFORE_DISPATCH,
@@ -53,9 +54,12 @@ __all__ = [
     "ToolCallContext",
     "ToolError",
     "ToolResult",
+    "mount_subagent_tool",
     "render_foreground_failure",
     "run_tool_call",
 ]
+
+_log = logging.getLogger("dsh_subagent")
 
 DESCRIPTION_PARAMETER: Final = "A short (3-5 word) description of the delegated task, for display."
 PROMPT_FRESH: Final = (
@@ -340,6 +344,62 @@ class SubagentTool:
         request = SubagentStartRequest.model_validate({**fields, "cancel": context.cancel})
         run = await self._service.start(config.provider, request)
         return await _collect_foreground(run)
+
+
+def mount_subagent_tool(
+    service: SubagentService,
+    config: SubagentToolConfig,
+    *,
+    on_mount: Callable[[SubagentTool], None],
+    on_unmount: Callable[[SubagentTool], None],
+    background: BackgroundLauncher | None = None,
+) -> Callable[[], None]:
+    """Keep one tool mounted exactly while its provider is registered.
+
+    The tool mounts now if the provider is registered, or when it appears later (no
+    load order); it unmounts when the provider is removed and mounts again, with fresh
+    wording, when it comes back. Events for other providers are ignored. A numeric
+    ``max_depth`` on a provider without ``depth_limit`` raises from the
+    ``provider-added`` listener, so that provider's registration fails loudly.
+
+    Returns:
+        A disposer: stops tracking and unmounts a mounted tool; afterwards nothing
+        mounts again.
+    """
+    mounted: list[SubagentTool] = []
+
+    def mount() -> None:
+        tool = SubagentTool(service, config, background)
+        on_mount(tool)
+        mounted.append(tool)
+
+    def unmount() -> None:
+        while mounted:
+            on_unmount(mounted.pop())
+
+    def listener(event: SubagentEvent) -> None:
+        if isinstance(event, ProviderAdded) and event.provider.name == config.provider:
+            unmount()
+            mount()
+        elif isinstance(event, ProviderRemoved) and event.name == config.provider:
+            unmount()
+
+    if service.get_provider(config.provider) is not None:
+        mount()
+    else:
+        _log.info(
+            'subagent provider "%s" not registered yet; the "%s" tool will register when it '
+            "appears",
+            config.provider,
+            config.tool_name,
+        )
+    remove_listener = service.add_listener(listener)
+
+    def dispose() -> None:
+        remove_listener()
+        unmount()
+
+    return dispose
 
 
 async def _collect_foreground(run: PublishedRun) -> ToolResult:
