@@ -22,12 +22,54 @@ def is_live(proc: psutil.Process) -> bool:
         return True
 
 
-def descendants(proc: psutil.Process) -> list[psutil.Process]:
-    """Every current descendant of ``proc``; empty when it is gone."""
+def descendants(proc: psutil.Process, known: dict[int, psutil.Process]) -> list[psutil.Process]:
+    """Every current descendant of ``proc`` (empty when it is gone).
+
+    Handles already in ``known`` are reused, so a long-lived descendant costs one
+    ``/proc`` read per call rather than a new psutil handle.
+    """
+    if sys.platform != "linux":
+        try:
+            return proc.children(recursive=True)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return []
+    children: dict[int, list[int]] = {}
+    for pid, _state, ppid, _pgrp in _linux_stats():
+        children.setdefault(ppid, []).append(pid)
+    found: list[psutil.Process] = []
+    frontier = [proc.pid]
+    while frontier:
+        for pid in children.get(frontier.pop(), ()):
+            frontier.append(pid)
+            handle = known.get(pid)
+            if handle is None:
+                try:
+                    handle = psutil.Process(pid)
+                except psutil.Error:
+                    continue
+            found.append(handle)
+    return found
+
+
+def _linux_stats() -> list[tuple[int, bytes, int, int]]:
+    """(pid, state, ppid, pgrp) of every process, read from ``/proc/*/stat``."""
     try:
-        return proc.children(recursive=True)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        names = os.listdir("/proc")
+    except OSError:
         return []
+    rows = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                data = stat.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split(maxsplit=3)
+        if len(fields) >= 3:
+            rows.append((int(name), fields[0], int(fields[1]), int(fields[2])))
+    return rows
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
@@ -52,24 +94,11 @@ def group_members(pgid: int) -> list[psutil.Process]:
 
 
 def _linux_group_pids(pgid: int) -> list[int]:
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    pids = []
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                data = stat.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        # fields: state ppid pgrp ...
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in _DEAD_STATES:
-            pids.append(int(name))
-    return pids
+    return [
+        pid
+        for pid, state, _ppid, pgrp in _linux_stats()
+        if pgrp == pgid and state not in _DEAD_STATES
+    ]
 
 
 def signal_group(pgid: int, signum: int) -> None:

@@ -32,6 +32,7 @@ GUARD_PATH = str(Path(__file__).with_name("_guard.py"))
 
 _POLL_SECONDS = 0.01
 _DISCOVERY_INTERVAL_SECONDS = 0.1  # how often a guarded tree is re-walked while waiting
+_DIRECT_DISCOVERY_SECONDS = 0.03
 _GUARD_SELF_EXIT_SECONDS = 0.5  # after the product is SIGKILLed the guard reaps and reports
 _KILL_RETRY_SECONDS = 1.0
 _DRAIN_JOIN_SECONDS = 1.0
@@ -235,9 +236,10 @@ class ManagedProcess(anyio.abc.AsyncResource):
     # -- observation ----------------------------------------------------------------
 
     def _discovery_due(self) -> bool:
-        if not self._guarded:
-            return True
-        return time.monotonic() - self._last_discovery >= _DISCOVERY_INTERVAL_SECONDS
+        # Under the guard, discovery only refreshes tree_pids(): the guard's own liveness
+        # already covers every descendant. Without it, discovery is what keeps escapees known.
+        interval = _DISCOVERY_INTERVAL_SECONDS if self._guarded else _DIRECT_DISCOVERY_SECONDS
+        return time.monotonic() - self._last_discovery >= interval
 
     def _root_alive(self) -> bool:
         return (
@@ -255,10 +257,8 @@ class ManagedProcess(anyio.abc.AsyncResource):
             live[root.pid] = root
             if discover:
                 self._last_discovery = time.monotonic()
-                for proc in _tree.descendants(root):
-                    known = self._known.get(proc.pid)
-                    if known is None or known != proc:
-                        self._known[proc.pid] = proc
+                for proc in _tree.descendants(root, self._known):
+                    self._known.setdefault(proc.pid, proc)
         for pid, proc in list(self._known.items()):
             if _tree.is_live(proc):
                 live[pid] = proc
