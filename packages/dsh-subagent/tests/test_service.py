@@ -340,7 +340,7 @@ async def test_start_event_only_after_publication_and_end_after_settlement() -> 
 
 async def test_same_child_id_still_gets_distinct_run_ids() -> None:
     service = SubagentService()
-    provider = ScriptedProvider("p")
+    provider = ScriptedProvider("p", [replace(Script.answer("x"), run_id="child-1")])
     service.register_provider(provider)
     recorder = Recorder()
     service.add_listener(recorder)
@@ -351,6 +351,7 @@ async def test_same_child_id_still_gets_distinct_run_ids() -> None:
             await run.result()
             await run.dispose()
     starts = [e for e in recorder.events if isinstance(e, SubagentRunStarted)]
+    assert [s.id for s in starts] == ["child-1", "child-1"]
     assert len({s.run_id for s in starts}) == 2
     assert first.run_id != second.run_id
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
 
 import pytest
 from dsh_subagent import (
+    NO_START_CAPABILITIES,
+    SubagentCapabilities,
     SubagentError,
     SubagentErrorCode,
     assert_positive_finite,
@@ -15,6 +18,19 @@ from dsh_subagent import (
     resolve_child_cwd,
     validate_configured_cwd,
 )
+
+
+def test_no_start_capabilities_is_all_false_and_immutable() -> None:
+    assert dataclasses.astuple(NO_START_CAPABILITIES) == (False,) * 5
+    assert [f.name for f in dataclasses.fields(SubagentCapabilities)] == [
+        "agent_options",
+        "output_schema",
+        "depth_limit",
+        "tool_filter",
+        "persona",
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        NO_START_CAPABILITIES.persona = True  # type: ignore[misc]
 
 
 def test_positive_finite_accepts_positive_numbers() -> None:

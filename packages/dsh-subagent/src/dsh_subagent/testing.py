@@ -58,6 +58,7 @@ class Script:
         dispose_error: The teardown raises this (``dispose()`` re-raises it).
         hold_start: ``start()`` waits for this event (or aborts on cancellation).
         hold_result: The attempt waits for this event (or is cancelled locally).
+        run_id: The provider-minted run id (default: a fresh uuid4).
     """
 
     output: tuple[ContentBlock, ...] = ()
@@ -72,6 +73,7 @@ class Script:
     dispose_error: Exception | None = None
     hold_start: anyio.Event | None = None
     hold_result: anyio.Event | None = None
+    run_id: str | None = None
 
     @classmethod
     def answer(cls, text: str) -> Script:
@@ -214,7 +216,10 @@ class ScriptedProvider(SubagentProvider):
                 raise script.dispose_error
 
         handle = SubprocessRunHandle(
-            request_cancel=request_cancel, teardown=teardown, remove_cancel_listener=remove
+            request_cancel=request_cancel,
+            teardown=teardown,
+            remove_cancel_listener=remove,
+            run_id=script.run_id,
         )
         record.handle = handle
 
