@@ -16,6 +16,10 @@ Script keys (all optional except where a test needs them):
   ``exit`` (+``code``), ``signal`` (+``signal``), ``error`` (+``message``), ``malformed``,
   ``hang``, ``no_session_id`` (session_new only), ``protocol_version`` (+``value``,
   initialize only).
+* ``contract``: follow the dsh contract kit's directive in the task text instead of
+  ``prompt`` (``complete`` answers the token, ``fail`` writes the planted stderr line and
+  answers a JSON-RPC error with the planted raw text, ``hold`` creates the ready file and
+  waits for ``session/cancel``).
 * ``prompt``: a list of steps run in order, then ``{"stop": "end_turn"}`` by default:
   ``chunk``, ``thought``, ``image_chunk``, ``foreign_chunk`` (text for another session),
   ``permission`` (list of options; a ``cancelled`` answer ends the turn ``cancelled``),
@@ -30,9 +34,11 @@ from __future__ import annotations
 import asyncio  # noqa: TID251 - the acp library's agent side is asyncio-only
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, cast
 
 import acp
@@ -118,6 +124,8 @@ class ScriptedAgent:
         self.cancelled.set()
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
+        if SCRIPT.get("contract"):
+            return await self.contract_turn(prompt, session_id)
         stop = "end_turn"
         for step in SCRIPT.get("prompt", []):
             if "chunk" in step:
@@ -175,6 +183,26 @@ class ScriptedAgent:
             elif "stop" in step:
                 stop = step["stop"]
         return PromptResponse(stop_reason=stop)
+
+    async def contract_turn(self, prompt: list[Any], session_id: str) -> PromptResponse:
+        """Follow the contract kit's directive line found in the task text."""
+        text = "\n".join(getattr(block, "text", "") for block in prompt)
+        match = re.search(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]{6,32})", text)
+        if match is None:
+            raise RequestError(-32602, "no contract directive")
+        behaviour, token = match.groups()
+        if behaviour == "complete":
+            await self.conn.session_update(session_id, acp.update_agent_message_text(token))
+            return PromptResponse(stop_reason="end_turn")
+        if behaviour == "fail":
+            sys.stderr.write(os.environ.get("DSH_CONTRACT_STDERR_TEXT", "") + "\n")
+            sys.stderr.flush()
+            raw = os.environ.get("DSH_CONTRACT_ERROR_TEXT", "contract failure")
+            raise RequestError(-32603, raw, {"details": raw})
+        ready = Path(os.environ["DSH_CONTRACT_READY_DIR"]) / token
+        ready.touch()
+        await self.cancelled.wait()
+        return PromptResponse(stop_reason="cancelled")
 
 
 def start_grandchild() -> int:
