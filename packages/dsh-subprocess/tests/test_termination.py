@@ -245,3 +245,25 @@ async def test_signal_names_come_from_the_signal_module(tmp_path: Path) -> None:
     async with await spawn(sh("kill -HUP $$", tmp_path)) as proc:
         facts = await proc.wait()
     assert facts.signal == signal.Signals.SIGHUP.name
+
+
+async def test_guard_works_when_the_host_has_fds_above_fd_setsize(tmp_path: Path) -> None:
+    # The status and lifeline fds keep their numbers in the guard; select() would fail.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    fillers: list[int] = []
+    try:
+        while not fillers or fillers[-1] < 1100:
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        proc = await spawn(sh("echo ready; sleep 60", tmp_path))
+        await _read_line(proc)
+        procs = snapshot(proc.tree_pids())
+        assert await proc.terminate() == ExitFacts(exit_code=None, signal="SIGTERM")
+        assert not alive(procs)
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -90,7 +90,7 @@ def _kill_everything() -> None:
             except OSError:
                 pass
         _reap_all()
-        select.select([], [], [], 0.005)
+        select.poll().poll(5)
 
 
 def _mirror(status: int) -> None:  # never returns
@@ -175,6 +175,10 @@ def main(argv: list[str]) -> None:
         os.dup2(devnull, fd)
     os.close(devnull)
 
+    # poll, not select: the fd numbers come from the host and may exceed FD_SETSIZE.
+    poller = select.poll()
+    poller.register(lifeline_fd, select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
     product_status: int | None = None
     while True:
         reaped, none_left = _reap_all()
@@ -187,7 +191,7 @@ def main(argv: list[str]) -> None:
                     _write(status_fd, f"S {os.WTERMSIG(status)}\n")
         if none_left:
             _mirror(product_status if product_status is not None else 0)
-        ready, _, _ = select.select([lifeline_fd, wake_r], [], [])
+        ready = {fd for fd, _events in poller.poll()}
         if wake_r in ready:
             try:
                 while os.read(wake_r, 512):
