@@ -103,17 +103,20 @@ class ExampleProvider(SubagentProvider):
     def _argv(self) -> tuple[str, ...]:
         return (sys.executable, "-m", "dsh_example_provider.child")
 
-    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
-        """Spawn the child, wait for its handshake, publish the run."""
-        cwd = resolve_child_cwd(PREFIX, self._config.cwd, request.parent.cwd)
-        if request.cancel.aborted:
-            raise ProductStartError(self._line("initialize", "cancelled"))
-        spec = SpawnSpec(
+    def _spawn_spec(self, cwd: str) -> SpawnSpec:
+        return SpawnSpec(
             argv=self._argv(),
             cwd=cwd,
             env=dict(self._config.env),
             grace=self._config.dispose_grace,
         )
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        """Spawn the child, wait for its handshake, publish the run."""
+        cwd = resolve_child_cwd(PREFIX, self._config.cwd, request.parent.cwd)
+        if request.cancel.aborted:
+            raise ProductStartError(self._line("initialize", "cancelled"))
+        spec = self._spawn_spec(cwd)
         try:
             proc = await spawn(spec)
         except Exception as exc:
