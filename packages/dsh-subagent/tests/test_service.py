@@ -535,3 +535,32 @@ async def test_dispose_failure_at_exit_is_reported() -> None:
     with pytest.raises(ExceptionGroup) as caught:
         await use_and_leave()
     assert caught.group_contains(OSError, match="reap")
+
+
+async def test_run_published_while_the_service_closes_is_torn_down() -> None:
+    hold = anyio.Event()
+    provider = ScriptedProvider("p", [replace(Script.answer("x"), hold_start=hold)])
+    service = SubagentService()
+    service.register_provider(provider)
+    recorder = Recorder()
+    service.add_listener(recorder)
+    failures: list[BaseException] = []
+
+    async def starter() -> None:
+        try:
+            await service.start("p", make_request())
+        except RuntimeError as exc:
+            failures.append(exc)
+
+    async def release_once_exit_waits() -> None:
+        await anyio.wait_all_tasks_blocked()  # the service's exit is waiting for the start
+        hold.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as outer, service:
+            outer.start_soon(starter)
+            await provider.wait_started()
+            outer.start_soon(release_once_exit_waits)
+    assert [str(f) for f in failures] == ["SubagentService closed while the run was starting"]
+    assert provider.records[0].teardowns == 1
+    assert recorder.types() == []  # never published: no lifecycle events

@@ -155,6 +155,8 @@ class SubagentService:
         self._closing = False
         self._observing = 0
         self._idle: anyio.Event | None = None
+        self._starting = 0
+        self._starts_idle: anyio.Event | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -178,6 +180,10 @@ class SubagentService:
         failures: list[Exception] = []
         try:
             with anyio.CancelScope(shield=True):
+                # Starts in flight still hold the task group; let them finish (they see
+                # the closing flag and tear their run down) before it stops.
+                with anyio.move_on_after(SHUTDOWN_DRAIN_SECONDS):
+                    await self._wait_for_starts()
                 await self._dispose_live(failures)
                 with anyio.move_on_after(SHUTDOWN_DRAIN_SECONDS):
                     await self._drain()
@@ -201,6 +207,11 @@ class SubagentService:
         async with anyio.create_task_group() as group:
             for run in list(self._live.values()):
                 group.start_soon(dispose, run)
+
+    async def _wait_for_starts(self) -> None:
+        while self._starting:
+            self._starts_idle = anyio.Event()
+            await self._starts_idle.wait()
 
     async def _drain(self) -> None:
         # Disposed runs settle promptly; wait for their observers to emit subagent/end.
@@ -299,8 +310,30 @@ class SubagentService:
             descriptor=descriptor,
             task_group=task_group,
         )
-        inner = await provider.start(resolved)
+        self._starting += 1
+        try:
+            inner = await provider.start(resolved)
+        finally:
+            self._starting -= 1
+            if self._starting == 0 and self._starts_idle is not None:
+                self._starts_idle.set()
+        if self._closed_meanwhile():
+            # The service began closing while the provider was starting: nobody would
+            # dispose this run at exit, so tear it down here and publish nothing.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await inner.dispose()
+                except Exception as exc:
+                    _log.error(
+                        "subagent: dispose of a run started during exit failed: %s",
+                        render_error(exc),
+                    )
+            raise RuntimeError("SubagentService closed while the run was starting")
         return self._publish(name, inner, request.parent, task_group)
+
+    def _closed_meanwhile(self) -> bool:
+        # A method, not an inline check: the flag changes across the await above.
+        return self._closing
 
     def _publish(
         self, name: str, inner: SubagentRun, parent: ParentContext, task_group: TaskGroup
