@@ -4,7 +4,7 @@ pytest auto-loads this module (entry point ``pytest11``) in every session of eve
 project installed next to the kit, so it must stay harmless: it never collects, injects,
 skips or reorders tests. Tests come only from the base classes a provider author
 subclasses in their own test module. Users who disable plugin autoload load it with
-``-p dsh_contract_tests.plugin``.
+``-p dsh_contract_tests`` (the entry-point name).
 """
 
 from __future__ import annotations
