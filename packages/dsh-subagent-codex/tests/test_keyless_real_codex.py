@@ -30,7 +30,14 @@ from dsh_contract_tests.fixtures.responses import (
     codex_keyless_env,
     write_codex_config,
 )
-from dsh_subagent import CancelController, SubagentResult
+from dsh_subagent import (
+    CancelController,
+    ParentContext,
+    SubagentResult,
+    SubagentService,
+    SubagentStartRequest,
+    TextBlock,
+)
 from dsh_subagent_codex import CodexConfig, CodexProvider
 
 pytestmark = [pytest.mark.anyio, pytest.mark.keyless]
@@ -234,3 +241,22 @@ async def test_cancellation_mid_turn_is_aborted_and_the_tree_exits(tmp_path: Pat
         assert _no_descendants()
     assert result.stop_reason == "aborted"
     assert result.diagnostic is None
+
+
+async def test_delegation_through_the_subagent_service(tmp_path: Path) -> None:
+    with ResponsesFixture([PlainAnswer(SENTINEL)]) as fixture:
+        keyless = _keyless(tmp_path, fixture)
+        with anyio.fail_after(90):
+            async with SubagentService() as service:
+                service.register_provider(keyless.provider(provider_name="codex-svc"))
+                run = await service.start(
+                    "codex-svc",
+                    SubagentStartRequest(
+                        prompt=(TextBlock(text=TASK),),
+                        parent=ParentContext(session_id="s", cwd=str(keyless.workspace)),
+                    ),
+                )
+                result = await run.result()
+                await run.dispose()
+        assert _no_descendants()
+    assert (result.stop_reason, result.text) == ("completed", SENTINEL)
