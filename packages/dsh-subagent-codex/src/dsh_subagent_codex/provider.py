@@ -219,10 +219,10 @@ class CodexProvider(SubagentProvider):
         try:
             cwd = resolve_child_cwd(PREFIX, config.cwd, request.parent.cwd)
         except SubagentError as exc:
-            if request.parent.cwd is None or request.cancel.aborted:
-                if request.cancel.aborted:
-                    raise ProductStartError(_ABORTED_BEFORE_STARTUP) from exc
-                raise
+            if request.cancel.aborted:
+                raise ProductStartError(_ABORTED_BEFORE_STARTUP) from exc
+            if request.parent.cwd is None:
+                raise  # "no working directory": a fixed message without any path
             # The probe's message names the path: keep it on the cause chain only.
             raise ProductStartError(
                 _message(ProductFailure(PRODUCT, "initialize", "unknown"))
