@@ -32,3 +32,11 @@ def test_os_level_entry_points_are_counted() -> None:
         with pytest.raises(SpawnAttemptError):
             os.posix_spawn(sys.executable, [sys.executable, "-c", "pass"], os.environ)
     assert [entry for entry, _ in counter.attempts] == ["os.system", "os.posix_spawn"]
+
+
+def test_counters_nest_and_the_outer_one_still_sees_attempts() -> None:
+    with SpawnCounter() as outer:
+        with SpawnCounter() as inner:
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert (inner.count, outer.count) == (1, 2)

@@ -39,7 +39,7 @@ class SpawnCounter:
         attempts: ``(entry point, first argument)`` of every attempt, in order.
     """
 
-    _lock = threading.Lock()
+    _lock = threading.RLock()  # a check inside a check (tests wrap `dsh check`) nests
 
     def __init__(self, *, forbid: bool = False) -> None:
         self.forbid = forbid
