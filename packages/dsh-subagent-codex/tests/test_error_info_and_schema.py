@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs in the lock
+import jsonschema
 import pytest
 from codex_harness import (
     SCHEMA_DIR,
