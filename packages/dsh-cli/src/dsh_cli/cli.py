@@ -34,6 +34,7 @@ from dsh_subagent import (
     SubagentError,
     SubagentResult,
 )
+from pydantic import JsonValue
 
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import DshCliError, UsageError
@@ -73,7 +74,12 @@ def _describe_config(config: Any) -> str:
     return " ".join(parts)
 
 
-def render_check(composition: Composition, spawned: int, out: TextIO) -> None:
+def render_check(
+    composition: Composition,
+    schemas: list[dict[str, JsonValue]],
+    spawned: int,
+    out: TextIO,
+) -> None:
     """Human-readable composition summary for ``dsh check``."""
     print(f"profile: {composition.source}", file=out)
     print(f"instances ({len(composition.providers)}):", file=out)
@@ -92,6 +98,8 @@ def render_check(composition: Composition, spawned: int, out: TextIO) -> None:
         print(f"  {tool.name} -> {tool.provider} (background: {tool.background_mode})", file=out)
     if composition.job_tools:
         print("  job_output, job_list, job_kill (job controls)", file=out)
+    print("model-visible schemas:", file=out)
+    print(json.dumps(schemas, indent=2), file=out)
     print(f"product processes started: {spawned}", file=out)
 
 
@@ -101,9 +109,24 @@ def _load(profile: str, discovery: ProviderDiscovery | None) -> tuple[Compositio
     return composition, counter.count
 
 
+async def _schemas(composition: Composition) -> list[dict[str, JsonValue]]:
+    async with open_runtime(composition) as runtime:
+        return runtime.schemas()
+
+
+def _compose_and_bind(
+    profile: str, discovery: ProviderDiscovery | None
+) -> tuple[Composition, list[dict[str, JsonValue]], int]:
+    """Load, register and bind under a forbidding spawn counter: nothing may start."""
+    with SpawnCounter(forbid=True) as counter:
+        composition = load_profile(profile, discovery=discovery)
+        schemas = anyio.run(_schemas, composition)
+    return composition, schemas, counter.count
+
+
 def _cmd_check(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscovery | None) -> int:
-    composition, spawned = _load(args.profile, discovery)
-    render_check(composition, spawned, out)
+    composition, schemas, spawned = _compose_and_bind(args.profile, discovery)
+    render_check(composition, schemas, spawned, out)
     return 0
 
 
@@ -271,8 +294,8 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
 
 
 def _cmd_tools(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscovery | None) -> int:
-    composition, _ = _load(args.profile, discovery)
-    json.dump(list(composition.tool_names), out, indent=2)
+    _, schemas, _ = _compose_and_bind(args.profile, discovery)
+    json.dump(schemas, out, indent=2)
     out.write("\n")
     return 0
 

@@ -21,26 +21,49 @@ from dsh_subagent import (
     SubagentStartRequest,
     TextBlock,
 )
+from dsh_subagent.tool import ModelTool, SubagentTool, SubagentToolConfig
 from dsh_tool_jobs import JobRegistry
+from dsh_tool_jobs.background import BackgroundSubagentLauncher
+from pydantic import JsonValue
 
 from dsh_cli.errors import UsageError
+from dsh_cli.jobtools import job_tools
 from dsh_cli.loader import Composition
 
-__all__ = ["Runtime", "delegate", "open_runtime", "validate_task"]
+__all__ = ["Runtime", "delegate", "open_runtime", "tool_schema", "validate_task"]
 
 
 @dataclass(frozen=True)
 class Runtime:
-    """Live objects of one composition."""
+    """Live objects of one composition.
+
+    Attributes:
+        tools: Every model-visible tool by name, in profile order, job controls last.
+    """
 
     composition: Composition
     service: SubagentService
     jobs: JobRegistry
+    tools: dict[str, ModelTool]
+
+    def schemas(self) -> list[dict[str, JsonValue]]:
+        """The model-visible schema of every tool, in order."""
+        return [tool_schema(tool) for tool in self.tools.values()]
+
+
+def tool_schema(tool: ModelTool) -> dict[str, JsonValue]:
+    """``{"name", "description", "parameters"}``: what a model API is given for a tool."""
+    return {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
 
 
 @asynccontextmanager
 async def open_runtime(composition: Composition) -> AsyncIterator[Runtime]:
-    """Enter the service and the job registry and register every provider instance."""
+    """Enter the service and the job registry, register every instance, bind every tool.
+
+    Product tools are ``max_depth = "provider-managed"`` (out-of-process providers
+    cannot enforce a depth cap); ``background_mode = "disabled"`` drops
+    ``run_in_background``.
+    """
     async with SubagentService() as service:
         for loaded in composition.providers:
             service.register_provider(loaded.provider)
@@ -48,7 +71,22 @@ async def open_runtime(composition: Composition) -> AsyncIterator[Runtime]:
             max_concurrent_jobs_per_owner=composition.jobs_config.max_concurrent_jobs_per_owner
         )
         async with registry:
-            yield Runtime(composition, service, registry)
+            launcher = (
+                BackgroundSubagentLauncher(registry, service) if composition.job_tools else None
+            )
+            tools: dict[str, ModelTool] = {}
+            for row in composition.tools:
+                config = SubagentToolConfig(
+                    tool_name=row.name,
+                    provider=row.provider,
+                    enable_run_in_background=row.background_mode == "one-shot",
+                    max_depth="provider-managed",
+                )
+                tools[row.name] = SubagentTool(service, config, launcher)
+            if composition.job_tools:
+                for tool in job_tools(registry, composition.jobs_config):
+                    tools[tool.name] = tool
+            yield Runtime(composition, service, registry, tools)
 
 
 def validate_task(task: str) -> str:
