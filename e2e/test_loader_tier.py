@@ -8,6 +8,8 @@ counter must read zero.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import psutil
@@ -23,6 +25,7 @@ from dsh_subagent_codex import CodexConfig, CodexProvider
 pytestmark = pytest.mark.loader
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 JOB_TOOLS = ("job_output", "job_list", "job_kill")
 
 
@@ -125,3 +128,32 @@ async def test_registering_every_instance_in_a_running_service_starts_nothing(na
         async with open_runtime(comp) as runtime:
             assert runtime.service.list() == tuple(p.name for p in comp.providers)
     assert counter.count == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", ["codex.toml", "claude-code.toml"])
+async def test_model_visible_schemas_match_the_snapshot(name: str) -> None:
+    """Any change to a model-visible name, description or parameter shows up as a diff.
+
+    Regenerate deliberately with ``DSH_UPDATE_SNAPSHOTS=1`` and review the diff.
+    """
+    comp, _ = _load(name)
+    with SpawnCounter(forbid=True) as counter:
+        async with open_runtime(comp) as runtime:
+            schemas = runtime.schemas()
+    assert counter.count == 0
+    snapshot = SNAPSHOTS / name.replace(".toml", ".tools.json")
+    rendered = json.dumps(schemas, indent=2, ensure_ascii=False) + "\n"
+    if os.environ.get("DSH_UPDATE_SNAPSHOTS") == "1":
+        snapshot.parent.mkdir(exist_ok=True)
+        snapshot.write_text(rendered, encoding="utf-8")
+    assert rendered == snapshot.read_text(encoding="utf-8")
+    for schema in schemas:
+        parameters = schema["parameters"]
+        assert isinstance(parameters, dict)
+        properties = parameters["properties"]
+        assert isinstance(properties, dict)
+        if str(schema["name"]).startswith("subagent_"):
+            # No provider selector and no permission parameter ever reaches the model.
+            assert set(properties) <= {"description", "prompt", "run_in_background"}
+            assert parameters["required"] == ["description", "prompt"]
