@@ -63,7 +63,9 @@ class ProcessWatch:
             except psutil.Error:
                 continue
             with self._lock:
-                self._seen.setdefault((seen.pid, seen.create_time), seen)
+                # Latest sighting wins: a child caught between fork and exec still
+                # carries the parent's name (``python``) and is renamed once it execs.
+                self._seen[(seen.pid, seen.create_time)] = seen
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
