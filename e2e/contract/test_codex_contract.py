@@ -1,0 +1,119 @@
+"""The contract kit's keyless and loader tiers against the real Codex provider.
+
+The pinned Codex app-server runs against the kit's loopback Responses fixture; every
+request is answered by the kit directive found in its body (``complete`` → the token,
+``fail`` → HTTP 500 carrying the planted raw error, ``hold`` → an open stream).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+from dsh_contract_tests import (
+    ChildSetup,
+    ContractHarness,
+    ProviderContract,
+    ProviderFactory,
+    find_directive,
+)
+from dsh_contract_tests.fixtures.responses import (
+    Behaviour,
+    Hold,
+    HttpError,
+    PlainAnswer,
+    ResponsesFixture,
+    codex_keyless_env,
+    write_codex_config,
+)
+from dsh_subagent_codex import CodexConfig, CodexProvider
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    # The provider runs on trio too (its package tests use both backends); the real
+    # product tier runs once, on asyncio, to keep the shared cores for other engineers.
+    return "asyncio"
+
+
+class _Router(deque[Behaviour]):
+    """Stands in for the fixture's FIFO script: answers by the directive in the request.
+
+    The fixture records each request and then, under the same lock, pops its script;
+    the request just recorded is therefore the one being answered.
+    """
+
+    def __init__(self, fixture: ResponsesFixture) -> None:
+        super().__init__()
+        self._requests = fixture._state.requests
+        self.error_text = "fixture error"
+
+    def __bool__(self) -> bool:
+        return True
+
+    def popleft(self) -> Behaviour:
+        directive = find_directive(self._requests[-1].raw_body.decode("utf-8", "replace"))
+        if directive is None:
+            return PlainAnswer("ok")
+        if directive.behaviour == "complete":
+            return PlainAnswer(directive.token, phase="final_answer")
+        if directive.behaviour == "fail":
+            return HttpError(500, self.error_text)
+        return Hold()
+
+
+class TestCodexContract(ProviderContract):
+    entry_point_name = "codex"
+    hold_timeout = 90.0
+    settle_timeout = 90.0
+    secret_examples = 2
+
+    @pytest.fixture
+    def responses(self) -> Iterator[ResponsesFixture]:
+        with ResponsesFixture() as fixture:
+            router = _Router(fixture)
+            fixture._state.script = router
+            self._fixture = fixture
+            self._router = router
+            yield fixture
+
+    @pytest.fixture
+    def provider_factory(self, responses: ResponsesFixture) -> ProviderFactory:
+        def make(setup: ChildSetup) -> CodexProvider:
+            self._router.error_text = setup.error_text
+            env = codex_keyless_env(setup.scratch, codex_home=setup.home.codex_home)
+            write_codex_config(setup.home.codex_home, responses.base_url)
+            config = CodexConfig(
+                env={**env, **setup.env}, cwd=setup.cwd_override, dispose_grace=2.0
+            )
+            return CodexProvider(config)
+
+        return make
+
+    async def wait_until_holding(self, setup: ChildSetup, token: str) -> None:
+        fixture = self._fixture
+
+        def held() -> bool:
+            return bool(
+                fixture.holding and any(token.encode() in r.raw_body for r in fixture.requests)
+            )
+
+        # Polling: the fixture serves from threads and cannot set an anyio event.
+        while not held():  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+
+    def loader_config(self, setup: ChildSetup) -> dict[str, Any]:
+        return {"env": dict(setup.env)}
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="real Codex 0.163.0: parallel app-servers sharing one fresh CODEX_HOME fail at "
+        "initialize ('failed to initialize sqlite state runtime'); reported to the Codex owner",
+    )
+    async def test_parallel_runs_settle_independently(
+        self, contract: ContractHarness, pytestconfig: pytest.Config
+    ) -> None:
+        await super().test_parallel_runs_settle_independently(contract, pytestconfig)
