@@ -1,0 +1,276 @@
+"""Shared machinery: profiles, paired A/B sampling, statistics, survivors, RSS sampling."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+__all__ = [
+    "Comparison",
+    "Profile",
+    "RssSampler",
+    "Samples",
+    "become_subreaper",
+    "clock",
+    "collect_survivors",
+    "interleave",
+    "live_descendants",
+    "temp_root",
+]
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+clock = time.perf_counter
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How many samples each benchmark takes."""
+
+    name: str
+    warmup: int
+    p1_pairs: int
+    p1_breakdown: int
+    p2_pairs: int
+    p3_ours: int
+    p3_claude_sdk: int
+    p3_acp_default: int
+    p4_pairs: int
+    p5_levels: tuple[int, ...]
+    p5_repeats: int
+
+
+QUICK = Profile(
+    name="quick",
+    warmup=1,
+    p1_pairs=3,
+    p1_breakdown=2,
+    p2_pairs=2,
+    p3_ours=2,
+    p3_claude_sdk=1,
+    p3_acp_default=0,
+    p4_pairs=4,
+    p5_levels=(1, 4),
+    p5_repeats=1,
+)
+DEFAULT = Profile(
+    name="default",
+    warmup=2,
+    p1_pairs=10,
+    p1_breakdown=5,
+    p2_pairs=6,
+    p3_ours=5,
+    p3_claude_sdk=3,
+    p3_acp_default=2,
+    p4_pairs=20,
+    p5_levels=(1, 4, 8, 16),
+    p5_repeats=3,
+)
+PROFILES = {profile.name: profile for profile in (QUICK, DEFAULT)}
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Durations in seconds, summarised."""
+
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "n": len(self.values),
+            "median_s": self.median,
+            "min_s": self.low,
+            "max_s": self.high,
+            "samples_s": list(self.values),
+        }
+
+
+@dataclass
+class Comparison:
+    """One A/B row: our side against a reference side, sampled in interleaved pairs.
+
+    ``ratio`` is the median of the per-pair ratios ``numerator / denominator`` where
+    ``ratio_of`` says which side is which ("ours/reference" or "reference/ours").
+    """
+
+    benchmark: str
+    case: str
+    ours_label: str
+    reference_label: str
+    ours: Samples
+    reference: Samples
+    ratio_of: str
+    target: str
+    target_check: Callable[[float], bool] = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+
+    def pair_ratios(self) -> list[float]:
+        pairs = zip(self.ours.values, self.reference.values, strict=True)
+        if self.ratio_of == "ours/reference":
+            return [a / b for a, b in pairs]
+        return [b / a for a, b in pairs]
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.pair_ratios())
+
+    @property
+    def met(self) -> bool:
+        return self.target_check(self.ratio)
+
+    def as_json(self) -> dict[str, Any]:
+        ratios = self.pair_ratios()
+        return {
+            "benchmark": self.benchmark,
+            "case": self.case,
+            "ours_label": self.ours_label,
+            "reference_label": self.reference_label,
+            "ours": self.ours.as_json(),
+            "reference": self.reference.as_json(),
+            "ratio_of": self.ratio_of,
+            "paired_ratio_median": self.ratio,
+            "paired_ratio_min": min(ratios),
+            "paired_ratio_max": max(ratios),
+            "target": self.target,
+            "target_met": self.met,
+            "notes": self.notes,
+        }
+
+
+async def interleave(
+    warmup: int,
+    pairs: int,
+    first: Callable[[], Awaitable[float]],
+    second: Callable[[], Awaitable[float]],
+) -> tuple[list[float], list[float]]:
+    """Run ``first`` and ``second`` alternately (A B A B …), warm-up pairs discarded."""
+    a: list[float] = []
+    b: list[float] = []
+    for index in range(warmup + pairs):
+        one = await first()
+        two = await second()
+        if index >= warmup:
+            a.append(one)
+            b.append(two)
+    return a, b
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned descendants, so a product process that escaped cannot hide (Linux)."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def live_descendants() -> dict[int, psutil.Process]:
+    """Every live (non-zombie) descendant of this process."""
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found[proc.pid] = proc
+    return found
+
+
+def _reap_zombies() -> None:
+    for proc in psutil.Process().children():
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(proc.pid, os.WNOHANG)
+
+
+def collect_survivors(grace: float = 1.0) -> list[str]:
+    """Describe (then kill) every descendant still alive ``grace`` seconds from now.
+
+    Only processes this benchmark run started can be descendants of it; killing them is
+    the bench cleaning up after itself, and the description is what gets reported.
+    """
+    deadline = time.monotonic() + grace
+    alive = live_descendants()
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = live_descendants()
+    described: list[str] = []
+    for proc in alive.values():
+        with contextlib.suppress(psutil.Error):
+            described.append(f"{proc.pid} {proc.name()}")
+            proc.kill()
+    psutil.wait_procs(list(alive.values()), timeout=2)
+    _reap_zombies()
+    return described
+
+
+@contextlib.contextmanager
+def temp_root(label: str) -> Iterator[Path]:
+    """A temporary directory for one benchmark's product homes, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=f"dsh-bench-{label}-") as name:
+        yield Path(name)
+
+
+def _tree_rss() -> int:
+    total = 0
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += proc.memory_info().rss
+    return total
+
+
+class RssSampler:
+    """Samples this process's RSS and its descendants' summed RSS in a thread; keeps peaks."""
+
+    def __init__(self, interval: float = 0.01, *, tree: bool = True) -> None:
+        self._interval = interval
+        self._tree = tree
+        self._me = psutil.Process()
+        self.baseline = self._me.memory_info().rss
+        self.peak_self = self.baseline
+        self.peak_tree = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
+
+    def _sample(self) -> None:
+        self.peak_self = max(self.peak_self, self._me.memory_info().rss)
+        if self._tree:
+            self.peak_tree = max(self.peak_tree, _tree_rss())
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self._interval)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    @property
+    def growth(self) -> int:
+        """Peak harness RSS minus the RSS when sampling began, in bytes."""
+        return self.peak_self - self.baseline
