@@ -1,0 +1,138 @@
+"""The contract kit's keyless and loader tiers against the ACP provider and a real agent.
+
+The pinned native codex-acp (installed by ``scripts/install-acp-agent``) runs against
+the kit's loopback Responses fixture; every
+request is answered by the kit directive found in its body (``complete`` → the token,
+``fail`` → HTTP 500 carrying the planted raw error, ``hold`` → an open stream).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from dsh_contract_tests import (
+    ChildSetup,
+    ProviderContract,
+    ProviderFactory,
+    find_directive,
+)
+from dsh_contract_tests.fixtures.responses import (
+    Behaviour,
+    Hold,
+    HttpError,
+    PlainAnswer,
+    ResponsesFixture,
+    codex_keyless_env,
+    write_codex_config,
+)
+from dsh_subagent_acp import AcpConfig, AcpProvider
+
+INSTALLER = Path(__file__).resolve().parents[2] / "scripts" / "install-acp-agent"
+REGISTRY_UNREACHABLE = 3
+# A slug codex-acp knows: an unknown one makes it stream a metadata warning as answer text.
+MODEL = "gpt-5.4-mini"
+
+
+# The acp library's connection is asyncio-only.
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def codex_acp() -> str:
+    """The native codex-acp binary, installed on demand by the project's script."""
+    done = subprocess.run(
+        [str(INSTALLER)], capture_output=True, text=True, timeout=600, check=False
+    )
+    if done.returncode == REGISTRY_UNREACHABLE:
+        pytest.skip(
+            "npm registry unreachable: scripts/install-acp-agent could not install codex-acp"
+        )
+    assert done.returncode == 0, f"scripts/install-acp-agent failed: {done.stderr}"
+    binary = done.stdout.strip().splitlines()[-1]
+    assert Path(binary).is_file(), binary
+    return binary
+
+
+class _Router(deque[Behaviour]):
+    """Stands in for the fixture's FIFO script: answers by the directive in the request.
+
+    The fixture records each request and then, under the same lock, pops its script;
+    the request just recorded is therefore the one being answered.
+    """
+
+    def __init__(self, fixture: ResponsesFixture) -> None:
+        super().__init__()
+        self._requests = fixture._state.requests
+        self.error_text = "fixture error"
+
+    def __bool__(self) -> bool:
+        return True
+
+    def popleft(self) -> Behaviour:
+        directive = find_directive(self._requests[-1].raw_body.decode("utf-8", "replace"))
+        if directive is None:
+            return PlainAnswer("ok")
+        if directive.behaviour == "complete":
+            return PlainAnswer(directive.token, phase="final_answer")
+        if directive.behaviour == "fail":
+            return HttpError(500, self.error_text)
+        return Hold()
+
+
+class TestAcpContract(ProviderContract):
+    entry_point_name = "acp"
+    hold_timeout = 90.0
+    settle_timeout = 90.0
+    secret_examples = 2
+
+    @pytest.fixture
+    def responses(self) -> Iterator[ResponsesFixture]:
+        with ResponsesFixture() as fixture:
+            router = _Router(fixture)
+            fixture._state.script = router
+            self._fixture = fixture
+            self._router = router
+            yield fixture
+
+    @pytest.fixture
+    def provider_factory(self, responses: ResponsesFixture, codex_acp: str) -> ProviderFactory:
+        self._command = codex_acp
+
+        def make(setup: ChildSetup) -> AcpProvider:
+            self._router.error_text = setup.error_text
+            env = codex_keyless_env(setup.scratch, codex_home=setup.home.codex_home)
+            write_codex_config(setup.home.codex_home, responses.base_url, model=MODEL)
+            config = AcpConfig(
+                command=codex_acp,
+                env={**env, **setup.env, "RUST_LOG": "warn"},
+                cwd=setup.cwd_override,
+                # codex-acp never exits on stdin EOF: a short EOF window keeps dispose quick.
+                dispose_eof_grace=0.2,
+                dispose_grace=2.0,
+            )
+            return AcpProvider(config)
+
+        return make
+
+    async def wait_until_holding(self, setup: ChildSetup, token: str) -> None:
+        fixture = self._fixture
+
+        def held() -> bool:
+            return bool(
+                fixture.holding and any(token.encode() in r.raw_body for r in fixture.requests)
+            )
+
+        # Polling: the fixture serves from threads and cannot set an anyio event.
+        while not held():  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+
+    def loader_config(self, setup: ChildSetup) -> dict[str, Any]:
+        return {"command": "codex-acp", "env": dict(setup.env)}
