@@ -68,3 +68,13 @@ def test_unknown_requirement_id_is_refused_at_import() -> None:
 
     with pytest.raises(KeyError):
         requirement("capability:made-up")
+
+
+def test_readme_lists_every_requirement_with_its_sentence() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    assert f"{len(REQUIREMENTS)} ids" in readme
+    for req in REQUIREMENTS.values():
+        assert f"| `{req.id}` | {req.tier} | {req.rule} |" in readme
+        assert req.sentence in readme
