@@ -43,11 +43,14 @@ _DEEPSEEK_MAIN_MODEL: Final = "deepseek-v4-pro[1m]"
 _DEEPSEEK_FAST_MODEL: Final = "deepseek-v4-flash"
 
 
-def deepseek_claude_env(api_key: str, base: Path) -> dict[str, str | None]:
+def deepseek_claude_env(
+    api_key: str, base: Path, *, base_url: str = DEEPSEEK_ANTHROPIC_BASE_URL
+) -> dict[str, str | None]:
     """Claude Code's environment for DeepSeek's Anthropic-compatible API (seed 004).
 
     The key travels only in this in-memory overlay (as ``ANTHROPIC_AUTH_TOKEN``); no
-    settings file receives it. ``base`` holds the isolated home directories.
+    settings file receives it. ``base`` holds the isolated home directories;
+    ``base_url`` is the official endpoint except in tests of this code path.
     """
     dirs = {name: base / name for name in ("home", "claude-config", "tmp", "xdg")}
     for path in dirs.values():
@@ -56,7 +59,7 @@ def deepseek_claude_env(api_key: str, base: Path) -> dict[str, str | None]:
     return {
         "ANTHROPIC_API_KEY": None,
         "ANTHROPIC_AUTH_TOKEN": api_key,
-        "ANTHROPIC_BASE_URL": DEEPSEEK_ANTHROPIC_BASE_URL,
+        "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_MODEL": _DEEPSEEK_MAIN_MODEL,
         "ANTHROPIC_DEFAULT_OPUS_MODEL": _DEEPSEEK_MAIN_MODEL,
         "ANTHROPIC_DEFAULT_SONNET_MODEL": _DEEPSEEK_MAIN_MODEL,
