@@ -249,3 +249,24 @@ async def test_ctrl_c_on_dsh_run_cancels_and_leaves_no_process(products: Product
     gone, alive = psutil.wait_procs(tree, timeout=5)
     assert alive == []
     assert len(gone) == len(tree)
+
+
+def test_quickstart_demo_runs_both_real_products_and_cleans_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`./dev demo` (= `dsh demo`) is the README's first command; it must not rot."""
+    import io
+
+    from dsh_cli.demo import run_demo
+
+    for variable in _AMBIENT_MODEL_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    out, err = io.StringIO(), io.StringIO()
+    assert run_demo(out, err) == 0, out.getvalue() + err.getvalue()
+    text = out.getvalue()
+    assert "REAL products, EMBEDDED LOOPBACK MODEL" in text
+    assert text.count("stop reason: completed") == 2
+    assert "answer:      DSH-DEMO: the real Codex app-server answered" in text
+    assert "answer:      DSH-DEMO: the real Claude Code CLI answered" in text
+    assert "none is alive now" in text
+    assert "removed: True" in text
