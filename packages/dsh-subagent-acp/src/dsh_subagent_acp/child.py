@@ -248,18 +248,17 @@ class AcpChild:
             await self.conn.close()
         except Exception as exc:
             errors.append(exc)
-        exited = False
         with anyio.move_on_after(self._config.dispose_eof_grace):
             try:
                 await self.proc.wait_tree_exit()
-                exited = True
             except Exception as exc:
                 errors.append(exc)
-        if not exited:
-            try:
-                await self.proc.terminate()
-            except Exception as exc:
-                errors.append(exc)
+        # Always: after a cooperative exit it signals nothing (the tree is observed gone)
+        # but still releases the process handle and pipes dsh-subprocess owns.
+        try:
+            await self.proc.terminate()
+        except Exception as exc:
+            errors.append(exc)
         if errors or self.proc.tree_alive():
             failure = AcpFailure("teardown", "unknown", self.proc.exit_facts)
             if errors:
