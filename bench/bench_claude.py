@@ -34,6 +34,7 @@ from dsh_contract_tests.fixtures.messages import (
 from dsh_subagent import CancelController, SubagentService
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_claude_code.launch import build_sdk_options
+from dsh_subprocess import ManagedProcess, SpawnSpec, spawn
 
 from bench.bench_codex import start_request
 from bench.bench_common import (
@@ -41,7 +42,7 @@ from bench.bench_common import (
     Profile,
     Samples,
     clock,
-    interleave,
+    interleave_many,
     live_descendants,
     temp_root,
 )
@@ -77,8 +78,18 @@ def official_options(home: KeylessClaudeHome) -> ClaudeAgentOptions:
     )
 
 
-def _provider(home: KeylessClaudeHome) -> ClaudeCodeProvider:
-    return ClaudeCodeProvider(ClaudeCodeConfig(env=dict(home.env)))
+def _provider(
+    home: KeylessClaudeHome, name: str = "claude-code", *, guard: bool = True
+) -> ClaudeCodeProvider:
+    config = ClaudeCodeConfig(provider_name=name, env=dict(home.env))
+    if guard:
+        return ClaudeCodeProvider(config)
+    return ClaudeCodeProvider(config, spawner=_unguarded_spawn)
+
+
+async def _unguarded_spawn(spec: SpawnSpec, **kwargs: Any) -> ManagedProcess:
+    # Diagnostic only, through the provider's public ``spawner`` seam.
+    return await spawn(spec.model_copy(update={"host_death_guard": False}), **kwargs)
 
 
 async def _ours_once(service: SubagentService, name: str, home: KeylessClaudeHome) -> float:
@@ -107,13 +118,19 @@ async def _official_once(home: KeylessClaudeHome) -> float:
     return elapsed
 
 
-async def run_p2(profile: Profile) -> Comparison:
-    """Interleaved pairs: our provider, bare ``query()``."""
+async def run_p2(profile: Profile) -> list[Comparison]:
+    """Interleaved rounds: our provider, bare ``query()``, ours without the guard.
+
+    The third side is a diagnostic (the provider's ``spawner`` seam with
+    ``host_death_guard=False``), to put a number on the guard's share.
+    """
     with temp_root("p2") as root, MessagesFixture(default=TextAnswer(ANSWER)) as fixture:
         ours_home = keyless_claude_home(_mkdir(root / "ours"), fixture.base_url)
         sdk_home = keyless_claude_home(_mkdir(root / "sdk"), fixture.base_url)
+        bare_home = keyless_claude_home(_mkdir(root / "unguarded"), fixture.base_url)
         async with SubagentService() as service:
             service.register_provider(_provider(ours_home))
+            service.register_provider(_provider(bare_home, "claude-unguarded", guard=False))
 
             async def ours() -> float:
                 return await _ours_once(service, "claude-code", ours_home)
@@ -121,18 +138,29 @@ async def run_p2(profile: Profile) -> Comparison:
             async def official() -> float:
                 return await _official_once(sdk_home)
 
-            a, b = await interleave(profile.warmup, profile.p2_pairs, ours, official)
-    return Comparison(
-        benchmark="P2 Claude Code",
-        case="start→result→CLI exit",
-        ours_label="SubagentService + ClaudeCodeProvider",
-        reference_label="claude_agent_sdk.query() 0.2.189",
-        ours=Samples(tuple(a)),
-        reference=Samples(tuple(b)),
-        ratio_of="ours/reference",
-        target=f"≤ {TARGET:.2f}",
-        target_check=lambda ratio: ratio <= TARGET,
-    )
+            async def unguarded() -> float:
+                return await _ours_once(service, "claude-unguarded", bare_home)
+
+            a, b, c = await interleave_many(
+                profile.warmup, profile.p2_pairs, (ours, official, unguarded)
+            )
+    return [
+        Comparison(
+            benchmark="P2 Claude Code",
+            case=case,
+            ours_label="SubagentService + ClaudeCodeProvider",
+            reference_label="claude_agent_sdk.query() 0.2.189",
+            ours=Samples(tuple(samples)),
+            reference=Samples(tuple(b)),
+            ratio_of="ours/reference",
+            target=f"≤ {TARGET:.2f}",
+            target_check=lambda ratio: ratio <= TARGET,
+        )
+        for case, samples in (
+            ("start→result→CLI exit", a),
+            ("same, host-death guard off (diagnostic, spawner seam)", c),
+        )
+    ]
 
 
 def _mkdir(path: Path) -> Path:

@@ -39,14 +39,14 @@ def _load() -> str:
 async def _p1(profile: Profile) -> dict[str, Any]:
     from bench.bench_codex import run_p1
 
-    comparison, breakdown = await run_p1(profile)
-    return {"rows": [comparison.as_json()], "breakdown": breakdown}
+    comparisons, breakdown = await run_p1(profile)
+    return {"rows": [row.as_json() for row in comparisons], "breakdown": breakdown}
 
 
 async def _p2(profile: Profile) -> dict[str, Any]:
     from bench.bench_claude import run_p2
 
-    return {"rows": [(await run_p2(profile)).as_json()]}
+    return {"rows": [row.as_json() for row in await run_p2(profile)]}
 
 
 async def _p3(profile: Profile) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from dsh_contract_tests.fixtures.responses import (
 from dsh_subagent import ParentContext, SubagentService, SubagentStartRequest, TextBlock
 from dsh_subagent_codex import CodexConfig, CodexProvider
 
-from bench.bench_common import Comparison, Profile, Samples, clock, interleave, temp_root
+from bench.bench_common import Comparison, Profile, Samples, clock, interleave_many, temp_root
 
 __all__ = [
     "ANSWER",
@@ -116,7 +116,7 @@ async def official_once(
         phases["spawn+initialize"] = entered - started
         phases["thread/start"] = threaded - entered
         phases["turn (to result)"] = turned - threaded
-        phases["teardown (close)"] = started + elapsed - turned
+        phases["teardown (to process exit)"] = started + elapsed - turned
     return elapsed
 
 
@@ -161,6 +161,24 @@ def probe_codex_wire(marks: dict[str, float]) -> Iterator[None]:
         JsonRpcLines.next_frame = original_next  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def unguarded_codex_spawn() -> Iterator[None]:
+    """Diagnostic only: the provider's spawns run with ``host_death_guard=False``."""
+    import dsh_subagent_codex.provider as provider_module
+    from dsh_subprocess import SpawnSpec
+
+    original_spawn = getattr(provider_module, "spawn")  # noqa: B009 - not re-exported
+
+    async def spawn(spec: SpawnSpec, **kwargs: Any) -> Any:
+        return await original_spawn(spec.model_copy(update={"host_death_guard": False}), **kwargs)
+
+    setattr(provider_module, "spawn", spawn)  # noqa: B010 - not re-exported
+    try:
+        yield
+    finally:
+        setattr(provider_module, "spawn", original_spawn)  # noqa: B010
+
+
 async def ours_phases(
     service: SubagentService, home: CodexHome, fixture: ResponsesFixture
 ) -> dict[str, float]:
@@ -189,7 +207,7 @@ async def ours_phases(
         "turn (turn/start→turn/completed)": completed - thread,
         "result delivery (turn/completed→result())": resulted - completed,
         "turn (to result)": resulted - thread,
-        "teardown (dispose→tree exit)": disposed - resulted,
+        "teardown (to process exit)": disposed - resulted,
     }
 
 
@@ -197,8 +215,12 @@ def _median_phases(runs: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
-async def run_p1(profile: Profile) -> tuple[Comparison, dict[str, Any]]:
-    """A/B pairs, then probed breakdown runs of both sides."""
+async def run_p1(profile: Profile) -> tuple[list[Comparison], dict[str, Any]]:
+    """Interleaved rounds (ours, official, ours without guard), then probed breakdown runs.
+
+    The third side is a diagnostic: the same provider with its spawns patched to
+    ``host_death_guard=False``, to put a number on the guard's share of the difference.
+    """
     with temp_root("p1") as root, ResponsesFixture() as fixture:
         ours_home = codex_home(root / "ours", fixture.base_url)
         official_home = codex_home(root / "official", fixture.base_url)
@@ -211,7 +233,13 @@ async def run_p1(profile: Profile) -> tuple[Comparison, dict[str, Any]]:
             async def official() -> float:
                 return await official_once(official_home, fixture)
 
-            a, b = await interleave(profile.warmup, profile.p1_pairs, ours, official)
+            async def ours_unguarded() -> float:
+                with unguarded_codex_spawn():
+                    return await ours_once(service, "codex", ours_home, fixture)
+
+            a, b, c = await interleave_many(
+                profile.warmup, profile.p1_pairs, (ours, official, ours_unguarded)
+            )
             ours_runs: list[dict[str, float]] = []
             official_runs: list[dict[str, float]] = []
             for _ in range(profile.p1_breakdown):
@@ -219,20 +247,26 @@ async def run_p1(profile: Profile) -> tuple[Comparison, dict[str, Any]]:
                 phases: dict[str, float] = {}
                 await official_once(official_home, fixture, phases)
                 official_runs.append(phases)
-    comparison = Comparison(
-        benchmark="P1 Codex",
-        case="start→result→app-server exit",
-        ours_label="SubagentService + CodexProvider",
-        reference_label="openai-codex 0.163.0 AsyncCodex",
-        ours=Samples(tuple(a)),
-        reference=Samples(tuple(b)),
-        ratio_of="ours/reference",
-        target=f"≤ {TARGET:.2f}",
-        target_check=lambda ratio: ratio <= TARGET,
-    )
+    comparisons = [
+        Comparison(
+            benchmark="P1 Codex",
+            case=case,
+            ours_label="SubagentService + CodexProvider",
+            reference_label="openai-codex 0.163.0 AsyncCodex",
+            ours=Samples(tuple(samples)),
+            reference=Samples(tuple(b)),
+            ratio_of="ours/reference",
+            target=f"≤ {TARGET:.2f}",
+            target_check=lambda ratio: ratio <= TARGET,
+        )
+        for case, samples in (
+            ("start→result→app-server exit", a),
+            ("same, host-death guard off (diagnostic patch)", c),
+        )
+    ]
     breakdown = {
         "n": profile.p1_breakdown,
         "ours_median_s": _median_phases(ours_runs),
         "official_median_s": _median_phases(official_runs),
     }
-    return comparison, breakdown
+    return comparisons, breakdown

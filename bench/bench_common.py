@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ __all__ = [
     "clock",
     "collect_survivors",
     "interleave",
+    "interleave_many",
     "live_descendants",
     "temp_root",
 ]
@@ -68,13 +69,13 @@ QUICK = Profile(
 DEFAULT = Profile(
     name="default",
     warmup=2,
-    p1_pairs=10,
+    p1_pairs=15,
     p1_breakdown=5,
-    p2_pairs=6,
+    p2_pairs=8,
     p3_ours=5,
     p3_claude_sdk=3,
     p3_acp_default=2,
-    p4_pairs=20,
+    p4_pairs=30,
     p5_levels=(1, 4, 8, 16),
     p5_repeats=3,
 )
@@ -168,15 +169,21 @@ async def interleave(
     second: Callable[[], Awaitable[float]],
 ) -> tuple[list[float], list[float]]:
     """Run ``first`` and ``second`` alternately (A B A B …), warm-up pairs discarded."""
-    a: list[float] = []
-    b: list[float] = []
-    for index in range(warmup + pairs):
-        one = await first()
-        two = await second()
-        if index >= warmup:
-            a.append(one)
-            b.append(two)
+    a, b = await interleave_many(warmup, pairs, (first, second))
     return a, b
+
+
+async def interleave_many(
+    warmup: int, rounds: int, sides: Sequence[Callable[[], Awaitable[float]]]
+) -> list[list[float]]:
+    """Run every side once per round, in order (A B C A B C …), warm-up rounds discarded."""
+    samples: list[list[float]] = [[] for _ in sides]
+    for index in range(warmup + rounds):
+        for side, bucket in zip(sides, samples, strict=True):
+            value = await side()
+            if index >= warmup:
+                bucket.append(value)
+    return samples
 
 
 def become_subreaper() -> None:
