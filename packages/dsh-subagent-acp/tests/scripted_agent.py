@@ -11,7 +11,8 @@ Script keys (all optional except where a test needs them):
   as codex-acp and claude-agent-acp do).
 * ``trap_term``: ignore SIGTERM (only SIGKILL ends it).
 * ``grandchild``: start ``sleep 300`` in its own session (``setsid``) at startup, the way
-  claude-agent-acp's Bash tool escapes the process group.
+  claude-agent-acp's Bash tool escapes the process group; ``"keeps-stdout"`` also lets
+  it inherit the agent's stdout, so no EOF follows the agent's death.
 * ``initialize`` / ``session_new``: an action, ``{"do": ...}`` with ``ok`` (default),
   ``exit`` (+``code``), ``signal`` (+``signal``), ``error`` (+``message``), ``malformed``,
   ``hang``, ``no_session_id`` (session_new only), ``protocol_version`` (+``value``,
@@ -205,20 +206,23 @@ class ScriptedAgent:
         return PromptResponse(stop_reason="cancelled")
 
 
-def start_grandchild() -> int:
-    # Simulates a tool shell that calls setsid and so escapes the agent's process group.
+def start_grandchild(*, keep_stdout: bool) -> int:
+    # Simulates a tool shell that calls setsid and so escapes the agent's process group;
+    # with keep_stdout it also inherits the agent's stdout, so the pipe outlives the agent.
     child = subprocess.Popen(  # noqa: TID251 - the test agent is not dsh code
         ["sleep", "300"],
         start_new_session=True,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=None if keep_stdout else subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     return child.pid
 
 
 async def main() -> None:
-    grandchild = start_grandchild() if SCRIPT.get("grandchild") else None
+    grandchild = None
+    if SCRIPT.get("grandchild"):
+        grandchild = start_grandchild(keep_stdout=SCRIPT["grandchild"] == "keeps-stdout")
     record("started", pid=os.getpid(), cwd=os.getcwd(), env=dict(os.environ), grandchild=grandchild)
     if SCRIPT.get("trap_term"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

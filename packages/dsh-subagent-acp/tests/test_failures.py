@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
-from acp_harness import Scripted, delegate, make_request
+from acp_harness import Scripted, delegate, make_request, pid_alive
 from dsh_subagent import ProductStartError, SubagentError, SubagentErrorCode
 from dsh_subagent_acp import AcpConfig, AcpProvider
 
@@ -123,14 +123,40 @@ async def test_failure_log_line_is_the_safe_line(
     assert "SECRET" not in caplog.text
 
 
-async def test_descendant_holding_stdout_does_not_hang_the_run(tmp_path: Path) -> None:
-    # The grandchild inherits nothing here, but the agent dies mid-turn: the run must
-    # settle from the exit facts even though the agent never answered.
+async def test_agent_death_mid_turn_with_escaped_grandchild(tmp_path: Path) -> None:
     agent = Scripted(tmp_path, {"grandchild": True, "prompt": [{"signal": "SIGTERM"}]})
     result = await delegate(agent.provider(), cwd=str(agent.workspace))
     assert result.diagnostic == LINE.format(
         stage="process", category="process-exit", extra="; signal: SIGTERM"
     )
+    assert not pid_alive(agent.started()["grandchild"])
+
+
+async def test_descendant_holding_stdout_does_not_hang_the_run(tmp_path: Path) -> None:
+    # The agent dies but its setsid grandchild keeps stdout open: no EOF ever comes, so
+    # the run settles from the agent's own exit facts after a short drain window.
+    agent = Scripted(
+        tmp_path, {"grandchild": "keeps-stdout", "prompt": [{"chunk": "so far"}, {"exit": 9}]}
+    )
+    with anyio.fail_after(15):
+        result = await delegate(agent.provider(), cwd=str(agent.workspace))
+    assert result.stop_reason == "error"
+    assert result.text == "so far"
+    assert result.diagnostic == LINE.format(
+        stage="process", category="process-exit", extra="; exit code: 9"
+    )
+    assert not pid_alive(agent.started()["grandchild"])
+
+
+async def test_descendant_holding_stdout_at_startup(tmp_path: Path) -> None:
+    agent = Scripted(
+        tmp_path, {"grandchild": "keeps-stdout", "session_new": {"do": "exit", "code": 4}}
+    )
+    error = await _start_error(agent)
+    assert error.message == "subagent-acp: " + LINE.format(
+        stage="session-new", category="process-exit", extra="; exit code: 4"
+    )
+    assert not pid_alive(agent.started()["grandchild"])
 
 
 async def test_no_working_directory_anywhere(tmp_path: Path) -> None:
