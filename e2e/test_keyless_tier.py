@@ -270,3 +270,18 @@ def test_quickstart_demo_runs_both_real_products_and_cleans_up(
     assert "answer:      DSH-DEMO: the real Claude Code CLI answered" in text
     assert "none is alive now" in text
     assert "removed: True" in text
+
+
+def test_cli_run_background_collects_the_real_product_job(
+    products: Products, capsys: pytest.CaptureFixture[str]
+) -> None:
+    products.codex_model.enqueue(responses.PlainAnswer(CODEX_ANSWER, "final_answer"))
+    argv = ["run", str(products.profile), "subagent_codex", TASK, "--cwd", str(products.workspace)]
+    with ProcessWatch() as watch:
+        code = main([*argv, "--background"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out == CODEX_ANSWER + "\n"
+    assert "started background subagent job subagent-1" in captured.err
+    _assert_codex_request(products)
+    assert watch.survivors() == ()

@@ -174,3 +174,61 @@ def test_ctrl_c_cancels_the_run_and_exits_130(
     assert "(stop reason: aborted)" in captured.err
     (provider,) = ScriptedEntry.instances
     assert provider.records[0].teardowns == 1
+
+
+def test_background_run_goes_through_the_tool_and_a_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ScriptedEntry.instances.clear()
+    code = _dsh("run", str(_profile(tmp_path)), "subagent_worker", "Do it.", "--background")
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out == "the answer\n"
+    assert "dsh: started background subagent job subagent-1" in captured.err
+    assert "dsh: job subagent-1 via subagent_worker: completed" in captured.err
+    (provider,) = ScriptedEntry.instances
+    assert provider.records[0].teardowns == 1
+
+
+def test_background_failure_maps_the_stop_reason_from_the_job_detail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = 'stop_reason = "max-tokens"\ndiagnostic = "ran out"'
+    path = _profile(tmp_path, config)
+    assert _dsh("run", str(path), "subagent_worker", "Do it.", "--background") == 3
+    assert "failed (max-tokens; diagnostic: ran out)" in capsys.readouterr().err
+
+
+def test_background_needs_a_one_shot_tool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _profile(tmp_path)
+    assert _dsh("run", str(path), "worker", "Do it.", "--background", "--instance") == 2
+    assert "--background needs a tool" in capsys.readouterr().err
+
+
+def test_ctrl_c_kills_a_background_job_and_exits_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ScriptedEntry.instances.clear()
+
+    def interrupt_once_the_run_is_live() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if ScriptedEntry.instances and ScriptedEntry.instances[0].published_count:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=interrupt_once_the_run_is_live)
+    thread.start()
+    try:
+        code = _dsh(
+            "run", str(_profile(tmp_path, "hold = true")), "subagent_worker", "x", "--background"
+        )
+    finally:
+        thread.join()
+    captured = capsys.readouterr()
+    assert code == 130, captured.err
+    assert "job subagent-1 via subagent_worker: killed" in captured.err
+    assert ScriptedEntry.instances[0].records[0].teardowns == 1

@@ -34,6 +34,8 @@ from dsh_subagent import (
     SubagentError,
     SubagentResult,
 )
+from dsh_subagent.tool import ToolCallContext, run_tool_call
+from dsh_tool_jobs import JobSnapshot
 from pydantic import JsonValue
 
 from dsh_cli.discovery import ProviderDiscovery
@@ -177,6 +179,58 @@ async def _run_foreground(
     return result
 
 
+async def _run_background(
+    composition: Composition, tool_name: str, task: str, cwd: str, err: TextIO
+) -> tuple[JobSnapshot, str]:
+    """Start through the subagent tool with ``run_in_background``, then collect the Job."""
+    controller = CancelController()
+    parent = ParentContext(session_id="dsh-cli", cwd=cwd)
+    async with open_runtime(composition) as runtime, anyio.create_task_group() as tg:
+        tg.start_soon(_watch_signals, controller, err)
+        try:
+            started = await run_tool_call(
+                runtime.tools[tool_name],
+                {"description": "dsh run", "prompt": task, "run_in_background": True},
+                ToolCallContext(parent=parent, cancel=CancelController().signal),
+            )
+            if started.is_error:
+                print(f"dsh: {tool_name}: {started.text}", file=err)
+                raise _StartFailed
+            job_id = started.text.rsplit(" ", 1)[-1]
+            print(f"dsh: {started.text}", file=err)
+
+            def kill(reason: str) -> None:
+                runtime.jobs.kill(job_id, parent, reason)
+
+            remove = controller.signal.add_listener(kill)
+            try:
+                snapshot = runtime.jobs.get(job_id, parent)
+                while not snapshot.terminal:
+                    snapshot = await runtime.jobs.wait(job_id, _WAIT_MS, parent)
+            finally:
+                remove()
+            collected = snapshot, runtime.jobs.read(job_id, parent)
+        finally:
+            tg.cancel_scope.cancel()
+    return collected
+
+
+_WAIT_MS: Final = 600_000.0
+
+
+def _report_job(snapshot: JobSnapshot, text: str, tool: str, out: TextIO, err: TextIO) -> int:
+    detail = f" ({snapshot.detail})" if snapshot.detail else ""
+    print(f"dsh: job {snapshot.id} via {tool}: {snapshot.status}{detail}", file=err)
+    if text:
+        out.write(text if text.endswith("\n") else text + "\n")
+    if snapshot.status == "completed":
+        return 0
+    if snapshot.status == "killed":
+        return EXIT_CODES[ABORTED]
+    # A failed subagent Job's detail starts with the run's stop reason.
+    return exit_code_for((snapshot.detail or "").split(";", 1)[0].strip())
+
+
 class _StartFailed(Exception):
     pass
 
@@ -207,6 +261,15 @@ def _cmd_run(
     composition, _ = _load(args.profile, discovery)
     provider = _resolve_target(composition, args.target, args.instance)
     cwd = os.path.abspath(args.cwd)
+    if args.background:
+        row = next((t for t in composition.tools if t.name == args.target), None)
+        if args.instance or row is None or row.background_mode != "one-shot":
+            raise UsageError("--background needs a tool whose background_mode is 'one-shot'")
+        try:
+            snapshot, text = anyio.run(_run_background, composition, row.name, task, cwd, err)
+        except _StartFailed:
+            return EXIT_START_FAILED
+        return _report_job(snapshot, text, row.name, out, err)
     try:
         result = anyio.run(_run_foreground, composition, provider, task, cwd, err)
     except _StartFailed:
@@ -254,6 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--cwd", default=".", help="the parent session's workspace (default: current directory)"
+    )
+    run.add_argument(
+        "--background",
+        action="store_true",
+        help="run as a background Job through the tool (run_in_background) and collect it",
     )
 
     demo = sub.add_parser(
