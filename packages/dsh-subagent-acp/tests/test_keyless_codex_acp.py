@@ -19,6 +19,7 @@ import pytest
 from acp_harness import make_request, pid_alive, started_run
 from dsh_contract_tests.fixtures.responses import (
     DEFAULT_FIXTURE_API_KEY,
+    FunctionCall,
     Hold,
     PlainAnswer,
     ResponsesFixture,
@@ -26,7 +27,7 @@ from dsh_contract_tests.fixtures.responses import (
     write_codex_config,
 )
 from dsh_subagent import CancelController
-from dsh_subagent_acp import AcpConfig, AcpProvider
+from dsh_subagent_acp import AcpConfig, AcpProvider, PermissionPolicy
 
 INSTALLER = Path(__file__).resolve().parents[3] / "scripts" / "install-acp-agent"
 REGISTRY_UNREACHABLE = 3
@@ -63,20 +64,77 @@ def codex_acp() -> str:
     return binary
 
 
-def _provider(codex_acp: str, tmp_path: Path, fixture: ResponsesFixture) -> AcpProvider:
+def _provider(
+    codex_acp: str,
+    tmp_path: Path,
+    fixture: ResponsesFixture,
+    *,
+    permission: PermissionPolicy = "reject",
+    asks: bool = False,
+) -> AcpProvider:
     env = codex_keyless_env(tmp_path / "root")
-    write_codex_config(env["CODEX_HOME"], fixture.base_url, model=MODEL)
+    if asks:
+        # "untrusted" makes codex-acp ask before exec; tools need danger-full-access
+        # here because the read-only sandbox needs bubblewrap (products.md, pitfall A2).
+        write_codex_config(
+            env["CODEX_HOME"],
+            fixture.base_url,
+            model=MODEL,
+            approval_policy="untrusted",
+            sandbox_mode="danger-full-access",
+        )
+    else:
+        write_codex_config(env["CODEX_HOME"], fixture.base_url, model=MODEL)
     env["RUST_LOG"] = "warn"
     return AcpProvider(
         AcpConfig(
             provider_name="codex-acp",
             command=codex_acp,
             env=env,
+            permission=permission,
             # codex-acp never exits on stdin EOF: a short EOF window keeps dispose quick.
             dispose_eof_grace=0.2,
             dispose_grace=2.0,
         )
     )
+
+
+TOUCH = FunctionCall(
+    (
+        ("exec_command", {"cmd": "touch marker.txt"}),
+        ("shell", {"command": ["touch", "marker.txt"]}),
+    )
+)
+
+
+async def test_reject_policy_real_exec_approval(codex_acp: str, tmp_path: Path) -> None:
+    # codex-acp offers approved/allow_once, approved-execpolicy-amendment/allow_always and
+    # abort/reject_once. Selecting the reject_once option (by kind) is Codex's "abort":
+    # the command never runs and the agent ends its turn ``cancelled`` -> aborted.
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with ResponsesFixture([TOUCH, PlainAnswer(ANSWER)]) as fixture:
+        provider = _provider(codex_acp, tmp_path, fixture, asks=True)
+        with anyio.fail_after(60):
+            async with started_run(provider, cwd=str(workspace), prompt=TASK) as run:
+                result = await run.result()
+    assert not (workspace / "marker.txt").exists()
+    assert result.stop_reason == "aborted"
+    assert len(fixture.requests) == 1
+
+
+async def test_allow_policy_real_exec_approval(codex_acp: str, tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with ResponsesFixture([TOUCH, PlainAnswer(ANSWER)]) as fixture:
+        provider = _provider(codex_acp, tmp_path, fixture, permission="allow", asks=True)
+        with anyio.fail_after(60):
+            async with started_run(provider, cwd=str(workspace), prompt=TASK) as run:
+                result = await run.result()
+    assert (workspace / "marker.txt").exists()
+    assert result.stop_reason == "completed"
+    assert result.text == ANSWER
+    assert len(fixture.requests) == 2
 
 
 async def test_exact_answer_and_the_fixture_saw_the_task(codex_acp: str, tmp_path: Path) -> None:
