@@ -6,7 +6,6 @@ publication → ``session/prompt``), answers permission requests unattended by p
 tears the whole process tree down on dispose.
 """
 
-from dsh_subagent_acp.client import AcpSessionClient
 from dsh_subagent_acp.config import (
     DEFAULT_DISPOSE_EOF_GRACE,
     DEFAULT_DISPOSE_GRACE,
@@ -14,7 +13,6 @@ from dsh_subagent_acp.config import (
     PermissionPolicy,
 )
 from dsh_subagent_acp.errors import AcpError, AcpFailure, Category, Stage
-from dsh_subagent_acp.names import PREFIX, PRODUCT
 from dsh_subagent_acp.permissions import answer_permission
 from dsh_subagent_acp.provider import AcpProvider
 from dsh_subagent_acp.stop_reasons import map_stop_reason
@@ -22,13 +20,10 @@ from dsh_subagent_acp.stop_reasons import map_stop_reason
 __all__ = [
     "DEFAULT_DISPOSE_EOF_GRACE",
     "DEFAULT_DISPOSE_GRACE",
-    "PREFIX",
-    "PRODUCT",
     "AcpConfig",
     "AcpError",
     "AcpFailure",
     "AcpProvider",
-    "AcpSessionClient",
     "Category",
     "PermissionPolicy",
     "Stage",
