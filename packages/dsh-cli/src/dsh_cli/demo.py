@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Mapping
@@ -28,10 +29,17 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 import anyio
-from dsh_subagent import COMPLETED, CancelController, ParentContext, SubagentError, SubagentResult
+from dsh_subagent import (
+    COMPLETED,
+    CancelController,
+    CancelSignal,
+    ParentContext,
+    SubagentError,
+    SubagentResult,
+)
 
 from dsh_cli.errors import DshCliError
-from dsh_cli.loader import compose
+from dsh_cli.loader import Composition, compose
 from dsh_cli.processwatch import ProcessWatch, become_subreaper
 from dsh_cli.profile import JobsSection, Profile, ProviderRow, ToolRow
 from dsh_cli.runtime import Runtime, delegate, open_runtime
@@ -97,11 +105,13 @@ class _Outcome:
     seconds: float = 0.0
 
 
-async def _one(runtime: Runtime, job: _Job, parent: ParentContext, out: _Outcome) -> None:
+async def _one(
+    runtime: Runtime, job: _Job, parent: ParentContext, cancel: CancelSignal, out: _Outcome
+) -> None:
     started = time.monotonic()
     try:
         out.result = await delegate(
-            runtime, job.provider, job.task, parent=parent, cancel=_CANCEL.signal, label="demo"
+            runtime, job.provider, job.task, parent=parent, cancel=cancel, label="demo"
         )
     except SubagentError as exc:
         out.failure = str(exc)
@@ -109,16 +119,24 @@ async def _one(runtime: Runtime, job: _Job, parent: ParentContext, out: _Outcome
         out.seconds = time.monotonic() - started
 
 
-_CANCEL = CancelController()
+async def _cancel_on_signal(controller: CancelController, err: TextIO) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            print(f"dsh demo: {signal.Signals(signum).name}: cancelling both runs", file=err)
+            controller.cancel("interrupted")
 
 
 async def _delegate_all(
-    runtime: Runtime, jobs: list[_Job], parent: ParentContext
+    composition: Composition, jobs: list[_Job], parent: ParentContext, err: TextIO
 ) -> list[_Outcome]:
     outcomes = [_Outcome() for _ in jobs]
-    async with anyio.create_task_group() as tg:
-        for job, outcome in zip(jobs, outcomes, strict=True):
-            tg.start_soon(_one, runtime, job, parent, outcome)
+    controller = CancelController()
+    async with open_runtime(composition) as runtime, anyio.create_task_group() as outer:
+        outer.start_soon(_cancel_on_signal, controller, err)
+        async with anyio.create_task_group() as tg:
+            for job, outcome in zip(jobs, outcomes, strict=True):
+                tg.start_soon(_one, runtime, job, parent, controller.signal, outcome)
+        outer.cancel_scope.cancel()
     return outcomes
 
 
@@ -193,12 +211,7 @@ def run_demo(out: TextIO, err: TextIO, *, deepseek: bool = False) -> int:
             _banner(out, deepseek, root, resp.base_url, msgs.base_url)
             parent = ParentContext(session_id="dsh-demo", cwd=str(workspace))
             with ProcessWatch() as watch:
-
-                async def main() -> list[_Outcome]:
-                    async with open_runtime(composition) as runtime:
-                        return await _delegate_all(runtime, jobs, parent)
-
-                outcomes = anyio.run(main)
+                outcomes = anyio.run(_delegate_all, composition, jobs, parent, err)
             survivors = watch.survivors()
             ok = _report(out, jobs, outcomes, resp, msgs, deepseek)
             seen = watch.seen
