@@ -14,7 +14,8 @@ from acp_harness import (
     started_run,
     wait_until_recorded,
 )
-from dsh_subagent import CancelController, ProductStartError
+from dsh_subagent import CancelController, ProductStartError, ProductTeardownError
+from dsh_subprocess import DshSubprocessError, ExitFacts, ManagedProcess
 
 
 # The acp library's connection is asyncio-only (see test_backend.py for trio).
@@ -198,3 +199,53 @@ async def test_dispose_is_memoised_and_concurrent_calls_share_it(tmp_path: Path)
             await run.dispose()
     assert len(agent.events("stdin_eof")) == 1
     assert not pid_alive(agent.started()["pid"])
+
+
+def _break_terminate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every terminate() report failure after really tearing the tree down."""
+    real = ManagedProcess.terminate
+
+    async def broken(self: ManagedProcess) -> ExitFacts:
+        await real(self)
+        raise DshSubprocessError("planted teardown failure /secret/path")
+
+    monkeypatch.setattr(ManagedProcess, "terminate", broken)
+
+
+async def test_teardown_failure_is_the_safe_teardown_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = Scripted(tmp_path, {"prompt": [{"chunk": "ok"}]})
+    _break_terminate(monkeypatch)
+    async with anyio.create_task_group() as tg:
+        run = await agent.provider(dispose_eof_grace=5.0).start(
+            make_request(tg, cwd=str(agent.workspace))
+        )
+        assert (await run.result()).stop_reason == "completed"
+        with pytest.raises(ProductTeardownError) as caught:
+            await run.dispose()
+        with pytest.raises(ProductTeardownError) as again:
+            await run.dispose()
+    assert caught.value.message == (
+        "subagent-acp: Product subagent failure "
+        "(product: ACP; stage: teardown; category: unknown; exit code: 0)"
+    )
+    assert again.value is caught.value
+    assert "secret" not in caught.value.message
+
+
+async def test_failed_rollback_is_reported_with_the_startup_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = Scripted(tmp_path, {"session_new": {"do": "exit", "code": 7}})
+    _break_terminate(monkeypatch)
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ProductStartError) as caught:
+            await agent.provider().start(make_request(tg, cwd=str(agent.workspace)))
+    assert caught.value.rollback_failed is True
+    assert caught.value.message == (
+        "subagent-acp: Product subagent failure "
+        "(product: ACP; stage: session-new; category: process-exit; exit code: 7); "
+        "subagent-acp: Product subagent failure "
+        "(product: ACP; stage: teardown; category: unknown; exit code: 7)"
+    )
