@@ -490,3 +490,20 @@ def test_missing_key_skips_visibly_or_fails_when_required(monkeypatch: pytest.Mo
     monkeypatch.setenv("DSH_REQUIRE_CREDENTIALED", "1")
     with pytest.raises(pytest.fail.Exception, match="DEEPSEEK_API_KEY is not set"):
         _real_key()
+
+
+@pytest.mark.keyless
+def test_demo_deepseek_variant_against_the_stand_in(
+    stand_in: _StandInServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dsh demo --deepseek`: Claude Code on the (stand-in) DeepSeek endpoint, Codex keyless."""
+    import io
+
+    from dsh_cli.demo import run_demo
+
+    monkeypatch.setenv("DEEPSEEK_API_KEY", stand_in.state.key)
+    base = f"http://127.0.0.1:{stand_in.server_address[1]}/anthropic"
+    out = io.StringIO()
+    assert run_demo(out, io.StringIO(), deepseek=True, deepseek_base_url=base) == 0, out.getvalue()
+    assert out.getvalue().count("stop reason: completed") == 2
+    assert stand_in.state.seen == [("/anthropic/v1/messages", "deepseek-v4-pro")]

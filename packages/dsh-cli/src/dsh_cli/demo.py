@@ -148,8 +148,21 @@ def _fixtures() -> tuple[Any, Any]:
     return responses, messages
 
 
-def run_demo(out: TextIO, err: TextIO, *, deepseek: bool = False) -> int:
-    """Run the Quickstart main job; return the process exit status."""
+def run_demo(
+    out: TextIO,
+    err: TextIO,
+    *,
+    deepseek: bool = False,
+    deepseek_base_url: str = DEEPSEEK_ANTHROPIC_BASE_URL,
+) -> int:
+    """Run the Quickstart main job; return the process exit status.
+
+    Args:
+        out: Where the report goes.
+        err: Where signal notices go (products forward their stderr to the real one).
+        deepseek: Claude Code talks to DeepSeek (needs ``DEEPSEEK_API_KEY``).
+        deepseek_base_url: The Anthropic-compatible endpoint; only tests change it.
+    """
     api_key = os.environ.get("DEEPSEEK_API_KEY", "") if deepseek else ""
     if deepseek and not api_key:
         raise DshCliError("dsh demo --deepseek needs DEEPSEEK_API_KEY in the environment")
@@ -158,7 +171,7 @@ def run_demo(out: TextIO, err: TextIO, *, deepseek: bool = False) -> int:
     wall = time.monotonic()
     codex_answer = "DSH-DEMO: the real Codex app-server answered through the loopback model."
     claude_answer = "DSH-DEMO: the real Claude Code CLI answered through the loopback model."
-    nonce = f"DSH_DEMO_DEEPSEEK_{secrets.token_hex(8)}"
+    nonce = f"DSH_CLAUDE_DEEPSEEK_{secrets.token_hex(16)}"
     root = Path(tempfile.mkdtemp(prefix="dsh-demo-"))
     try:
         with ExitStack() as stack:
@@ -173,9 +186,11 @@ def run_demo(out: TextIO, err: TextIO, *, deepseek: bool = False) -> int:
             codex_env = responses.codex_keyless_env(root / "codex")
             responses.write_codex_config(codex_env["CODEX_HOME"], resp.base_url)
             if deepseek:
-                claude_env: Mapping[str, str | None] = deepseek_claude_env(api_key, root / "claude")
+                claude_env: Mapping[str, str | None] = deepseek_claude_env(
+                    api_key, root / "claude", base_url=deepseek_base_url
+                )
                 claude_task = f"Reply with exactly {nonce} and nothing else. Do not use tools."
-                claude_expected, claude_model = nonce, f"DeepSeek ({DEEPSEEK_ANTHROPIC_BASE_URL})"
+                claude_expected, claude_model = nonce, f"DeepSeek ({deepseek_base_url})"
             else:
                 home = messages.keyless_claude_home(root / "claude", msgs.base_url)
                 claude_env = dict(home.env)
@@ -208,7 +223,8 @@ def run_demo(out: TextIO, err: TextIO, *, deepseek: bool = False) -> int:
                 jobs=JobsSection(),
             )
             composition = compose(profile, source="<dsh demo profile>")
-            _banner(out, deepseek, root, resp.base_url, msgs.base_url)
+            claude_url = deepseek_base_url if deepseek else msgs.base_url
+            _banner(out, deepseek, root, resp.base_url, claude_url)
             parent = ParentContext(session_id="dsh-demo", cwd=str(workspace))
             with ProcessWatch() as watch:
                 outcomes = anyio.run(_delegate_all, composition, jobs, parent, err)
@@ -245,9 +261,7 @@ def _banner(out: TextIO, deepseek: bool, root: Path, codex_url: str, claude_url:
             file=out,
         )
     print(f"  Codex model:       {codex_url}/responses", file=out)
-    print(
-        f"  Claude Code model: {DEEPSEEK_ANTHROPIC_BASE_URL if deepseek else claude_url}", file=out
-    )
+    print(f"  Claude Code model: {claude_url}", file=out)
     print(f"  temporary HOME/CODEX_HOME/CLAUDE_CONFIG_DIR/TMPDIR under {root}", file=out)
     print("", file=out)
 
