@@ -100,7 +100,8 @@ class RegistryMachine(RuleBasedStateMachine):
         try:
             job = self.portal.call(self.registry.start, JobStart(kind, "task", owner, producer.run))
         except JobError as exc:
-            assert exc.code is JobErrorCode.LIMIT_REACHED
+            code = exc.code
+            assert code is JobErrorCode.LIMIT_REACHED
             assert active >= LIMIT
             assert producer.runs == 0
             return
