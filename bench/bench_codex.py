@@ -241,12 +241,15 @@ async def run_p1(profile: Profile) -> tuple[list[Comparison], dict[str, Any]]:
                 profile.warmup, profile.p1_pairs, (ours, official, ours_unguarded)
             )
             ours_runs: list[dict[str, float]] = []
+            unguarded_runs: list[dict[str, float]] = []
             official_runs: list[dict[str, float]] = []
             for _ in range(profile.p1_breakdown):
                 ours_runs.append(await ours_phases(service, ours_home, fixture))
                 phases: dict[str, float] = {}
                 await official_once(official_home, fixture, phases)
                 official_runs.append(phases)
+                with unguarded_codex_spawn():
+                    unguarded_runs.append(await ours_phases(service, ours_home, fixture))
     comparisons = [
         Comparison(
             benchmark="P1 Codex",
@@ -267,6 +270,7 @@ async def run_p1(profile: Profile) -> tuple[list[Comparison], dict[str, Any]]:
     breakdown = {
         "n": profile.p1_breakdown,
         "ours_median_s": _median_phases(ours_runs),
+        "ours_guard_off_median_s": _median_phases(unguarded_runs),
         "official_median_s": _median_phases(official_runs),
     }
     return comparisons, breakdown
