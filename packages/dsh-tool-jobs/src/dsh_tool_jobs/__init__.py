@@ -1,5 +1,27 @@
 """dsh-tool-jobs: the background Job runtime and its model-facing controls."""
 
+from dsh_tool_jobs.background import (
+    BACKGROUND_KILL_REASON,
+    SUBAGENT_JOB_KIND,
+    BackgroundSubagentLauncher,
+    settle_run,
+    settle_start,
+)
+from dsh_tool_jobs.config import JobsToolsConfig
+from dsh_tool_jobs.controls import (
+    JOB_KILL_DESCRIPTION,
+    JOB_KILL_SCHEMA,
+    JOB_LIST_DESCRIPTION,
+    JOB_LIST_SCHEMA,
+    JOB_OUTPUT_DESCRIPTION,
+    JOB_OUTPUT_SCHEMA,
+    JOBS_SYSTEM_PROMPT,
+    ControlReply,
+    PublicJob,
+    job_kill,
+    job_list,
+    job_output,
+)
 from dsh_tool_jobs.errors import JobError, JobErrorCode
 from dsh_tool_jobs.model import (
     MAX_SAFE_INTEGER,
@@ -23,29 +45,52 @@ from dsh_tool_jobs.registry import (
     validate_job_limit,
 )
 from dsh_tool_jobs.render import notice_text, render_list, render_output, status_line
+from dsh_tool_jobs.tools import JobKillTool, JobListTool, JobOutputTool, job_tools
 
 __all__ = [
+    "BACKGROUND_KILL_REASON",
     "DEFAULT_MAX_CONCURRENT_JOBS_PER_OWNER",
+    "JOBS_SYSTEM_PROMPT",
+    "JOB_KILL_DESCRIPTION",
+    "JOB_KILL_SCHEMA",
+    "JOB_LIST_DESCRIPTION",
+    "JOB_LIST_SCHEMA",
+    "JOB_OUTPUT_DESCRIPTION",
+    "JOB_OUTPUT_SCHEMA",
     "MAX_SAFE_INTEGER",
     "OWNER_DISPOSED",
     "SERVICE_DISPOSED",
+    "SUBAGENT_JOB_KIND",
     "TERMINAL_STATUSES",
+    "BackgroundSubagentLauncher",
     "ChangeListener",
+    "ControlReply",
     "DoneListener",
     "JobError",
     "JobErrorCode",
     "JobHooks",
+    "JobKillTool",
+    "JobListTool",
     "JobOutcome",
+    "JobOutputTool",
     "JobRegistry",
     "JobSnapshot",
     "JobStart",
     "JobStatus",
+    "JobsToolsConfig",
     "KillOutcome",
     "NoticeSink",
+    "PublicJob",
     "TerminalStatus",
+    "job_kill",
+    "job_list",
+    "job_output",
+    "job_tools",
     "notice_text",
     "render_list",
     "render_output",
+    "settle_run",
+    "settle_start",
     "status_line",
     "validate_job_limit",
 ]

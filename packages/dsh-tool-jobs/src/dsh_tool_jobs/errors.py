@@ -3,11 +3,17 @@
 Every failure a caller (or the model, through the job tools) can observe is a
 :class:`JobError` with a stable :class:`JobErrorCode`. Messages are the exact texts the
 model sees; code, never message, is what programs branch on.
+
+:class:`JobError` derives from :class:`dsh_subagent.tool_protocol.ToolError` because
+every message is model-safe: a tool that lets one escape (the subagent tool when the
+background launcher's preflight refuses) shows it as ``Error: <message>`` unchanged.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+from dsh_subagent.tool_protocol import ToolError
 
 __all__ = ["JobError", "JobErrorCode"]
 
@@ -35,7 +41,7 @@ class JobErrorCode(StrEnum):
     """The registry is not running, is closing, or the owner is being disposed."""
 
 
-class JobError(Exception):
+class JobError(ToolError):
     """Root of every error this distribution raises."""
 
     def __init__(self, code: JobErrorCode, message: str) -> None:
