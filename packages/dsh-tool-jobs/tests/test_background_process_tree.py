@@ -31,7 +31,6 @@ from dsh_subagent import (
 from dsh_subagent.tool import SubagentTool, SubagentToolConfig
 from dsh_subagent.tool_protocol import ToolCallContext
 from dsh_subprocess import ManagedProcess, SpawnSpec, spawn
-
 from dsh_tool_jobs import BackgroundSubagentLauncher, JobRegistry, JobSnapshot, job_tools
 
 pytestmark = pytest.mark.anyio
