@@ -128,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         0 when every selected benchmark ran and left no survivor, else 1. Missed
         performance targets do not change the exit status: they are findings.
     """
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Measure dsh-python against the official SDKs (see bench/README.md).",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke profile (few samples)")
     parser.add_argument("--only", help="comma-separated subset, e.g. P1,P4")
     parser.add_argument(
