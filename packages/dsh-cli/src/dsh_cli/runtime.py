@@ -24,10 +24,10 @@ from dsh_subagent import (
 from dsh_subagent.tool import ModelTool, SubagentTool, SubagentToolConfig
 from dsh_tool_jobs import JobRegistry
 from dsh_tool_jobs.background import BackgroundSubagentLauncher
+from dsh_tool_jobs.tools import job_tools
 from pydantic import JsonValue
 
 from dsh_cli.errors import UsageError
-from dsh_cli.jobtools import job_tools
 from dsh_cli.loader import Composition
 
 __all__ = ["Runtime", "delegate", "open_runtime", "tool_schema", "validate_task"]
