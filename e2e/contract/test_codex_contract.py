@@ -15,7 +15,6 @@ import anyio
 import pytest
 from dsh_contract_tests import (
     ChildSetup,
-    ContractHarness,
     ProviderContract,
     ProviderFactory,
     find_directive,
@@ -107,13 +106,3 @@ class TestCodexContract(ProviderContract):
 
     def loader_config(self, setup: ChildSetup) -> dict[str, Any]:
         return {"env": dict(setup.env)}
-
-    @pytest.mark.xfail(
-        strict=True,
-        reason="real Codex 0.163.0: parallel app-servers sharing one fresh CODEX_HOME fail at "
-        "initialize ('failed to initialize sqlite state runtime'); reported to the Codex owner",
-    )
-    async def test_parallel_runs_settle_independently(
-        self, contract: ContractHarness, pytestconfig: pytest.Config
-    ) -> None:
-        await super().test_parallel_runs_settle_independently(contract, pytestconfig)

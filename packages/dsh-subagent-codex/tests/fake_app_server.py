@@ -14,6 +14,7 @@ client sent (plus ``{"event": ...}`` markers). Steps:
 * ``{"op": "exit", "code": N}`` / ``{"op": "kill", "signal": "SIGABRT"}``
 * ``{"op": "close_stdout"}`` — close stdout but keep running.
 * ``{"op": "ready", "path": P}`` — create file P (a readiness marker for tests).
+* ``{"op": "wait_file", "path": P}`` — block until file P exists (the test's go signal).
 * ``{"op": "wait_eof"}`` — read until stdin ends.
 * ``{"op": "hang"}`` — block forever (until a signal ends the process).
 * ``{"op": "ignore_term"}`` — ignore SIGTERM from now on.
@@ -106,6 +107,9 @@ class Fake:
         elif op == "ready":
             with open(step["path"], "w", encoding="utf-8"):
                 pass
+        elif op == "wait_file":
+            while not os.path.exists(step["path"]):
+                time.sleep(0.01)
         elif op == "wait_eof":
             while self.read_frame() is not None:
                 pass

@@ -9,6 +9,7 @@ of the tree alive.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -260,3 +261,28 @@ async def test_delegation_through_the_subagent_service(tmp_path: Path) -> None:
                 await run.dispose()
         assert _no_descendants()
     assert (result.stop_reason, result.text) == ("completed", SENTINEL)
+
+
+async def test_parallel_delegations_on_one_fresh_codex_home_all_complete(tmp_path: Path) -> None:
+    # Without the provider's first-start gate, 3 of 4 app-servers exit 1 at initialize here
+    # ("failed to initialize sqlite state runtime"): they race on the fresh home's state.
+    answers = [f"PARALLEL-ANSWER-{i}" for i in range(4)]
+    with ResponsesFixture([PlainAnswer(answer) for answer in answers]) as fixture:
+        keyless = _keyless(tmp_path, fixture)
+        home = Path(keyless.env["CODEX_HOME"])
+        assert os.listdir(home) == ["config.toml"], "the home must be fresh"
+        provider = keyless.provider()
+        results: list[SubagentResult] = []
+
+        async def one(index: int) -> None:
+            results.append(await _delegate(provider, keyless.workspace, f"{TASK} run {index}"))
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for index in range(4):
+                    tg.start_soon(one, index)
+        assert _no_descendants()
+        tasks = sorted(t for r in fixture.requests for t in r.input_texts() if "TASK-MARKER" in t)
+    assert [r.stop_reason for r in results] == ["completed"] * 4, [r.diagnostic for r in results]
+    assert sorted(r.text for r in results) == answers
+    assert tasks == [f"{TASK} run {index}" for index in range(4)]

@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from dsh_subagent_codex.binary import codex_app_server_argv
 from dsh_subagent_codex.config import PREFIX, CodexConfig
 from dsh_subagent_codex.errors import CodexFailure, CodexProtocolError, CodexTransportClosed
+from dsh_subagent_codex.first_start import FIRST_STARTS, FirstStartPass, effective_codex_home
 from dsh_subagent_codex.jsonrpc import Frame, JsonRpcLines
 from dsh_subagent_codex.permissions import mode_thread_fields
 from dsh_subagent_codex.protocol import InitializeParams, ThreadStartParams, ThreadStartResult
@@ -230,6 +231,7 @@ class CodexProvider(SubagentProvider):
         texts = _task_texts(request)
         if request.cancel.aborted:
             raise ProductStartError(_ABORTED_BEFORE_STARTUP)
+        first = await self._first_start_pass(cwd, request)
 
         try:
             argv = tuple(self._argv())
@@ -247,7 +249,10 @@ class CodexProvider(SubagentProvider):
                 proc = await spawn(spec)
             else:
                 proc = await spawn(spec, stderr_observer=observer)
-        except Exception as exc:
+        except BaseException as exc:
+            first.release()
+            if not isinstance(exc, Exception):
+                raise
             raise ProductStartError(
                 _message(ProductFailure(PRODUCT, "initialize", "unknown"))
             ) from exc
@@ -255,7 +260,7 @@ class CodexProvider(SubagentProvider):
         assert proc.stdout is not None
         child = _Child(proc, JsonRpcLines(proc.stdin, proc.stdout), config.dispose_grace)
 
-        state = _Startup()
+        state = _Startup(first)
         startup = anyio.CancelScope()
         remove_listener = request.cancel.add_listener(lambda _reason: startup.cancel())
         try:
@@ -265,8 +270,25 @@ class CodexProvider(SubagentProvider):
                 raise _Cancelled
         except BaseException as exc:
             remove_listener()
-            await self._roll_back(child, exc, state.stage, request)
+            try:
+                await self._roll_back(child, exc, state.stage, request)
+            finally:
+                first.release()  # only after the failed tree has exited
         return self._publish(request, child, thread_id, texts, remove_listener)
+
+    async def _first_start_pass(
+        self, cwd: str, request: ResolvedSubagentStartRequest
+    ) -> FirstStartPass:
+        """Wait, cancellably by the request, until this start may spawn (first_start.py)."""
+        key = effective_codex_home(self._config.env, cwd)
+        with anyio.CancelScope() as scope:
+            remove = request.cancel.add_listener(lambda _reason: scope.cancel())
+            try:
+                if not request.cancel.aborted:
+                    return await FIRST_STARTS.acquire(key)
+            finally:
+                remove()
+        raise ProductStartError(_ABORTED_BEFORE_STARTUP)
 
     async def _handshake(self, child: _Child, cwd: str, state: _Startup) -> str:
         rpc = child.rpc
@@ -274,6 +296,7 @@ class CodexProvider(SubagentProvider):
         response = await _await_response(child, init_id)
         if response.error is not None or not isinstance(response.result, dict):
             raise CodexProtocolError("app-server returned invalid initialize response")
+        state.first.initialized()
         await rpc.notify("initialized")
         state.stage = "thread-start"
         params = ThreadStartParams(
@@ -429,9 +452,11 @@ class _Cancelled(Exception):
 
 
 class _Startup:
-    """Which startup stage a failure belongs to (derived at the failure site)."""
+    """Which startup stage a failure belongs to (derived at the failure site), and the
+    first-start pass that a successful ``initialize`` redeems."""
 
-    __slots__ = ("stage",)
+    __slots__ = ("first", "stage")
 
-    def __init__(self) -> None:
+    def __init__(self, first: FirstStartPass) -> None:
+        self.first = first
         self.stage = "initialize"
