@@ -16,6 +16,8 @@ from dsh_contract_tests.fixtures.messages import (
     Hold,
     HttpError,
     MessagesFixture,
+    RecordedRequest,
+    Route,
     TextAnswer,
     ToolUse,
     keyless_claude_home,
@@ -219,3 +221,104 @@ def test_keyless_home_without_settings_writes_none(tmp_path: Path) -> None:
     assert not (home.config_dir / "settings.json").exists()
     with pytest.raises(ValueError, match="api_key"):
         keyless_claude_home(tmp_path, "http://127.0.0.1:9", api_key="")
+
+
+# -- raw body and routing -----------------------------------------------------------------
+
+
+def _raw_post(fixture: MessagesFixture, payload: bytes) -> int:
+    conn = http.client.HTTPConnection(urlsplit(fixture.base_url).netloc, timeout=10)
+    try:
+        conn.request("POST", "/v1/messages", body=payload)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_raw_body_keeps_the_exact_bytes_json_or_not() -> None:
+    payload = b'{"model": "m",   "messages": ["\\u00e9"]}'
+    with MessagesFixture(default=TextAnswer("A")) as fixture:
+        _raw_post(fixture, payload)
+        _raw_post(fixture, b"not json \xff")
+        _request(fixture, "GET", "/v1/models")
+        json_request, other, bodiless = fixture.requests()
+    assert json_request.raw_body == payload
+    assert json_request.body == {"model": "m", "messages": ["é"]}
+    assert (other.raw_body, other.body) == (b"not json \xff", None)
+    assert (bodiless.raw_body, bodiless.body) == (b"", None)
+
+
+def _route_by_body(seen: list[RecordedRequest]) -> Route:
+    def route(request: RecordedRequest) -> Behaviour | None:
+        seen.append(request)
+        text = request.raw_body.decode()
+        if "please hold" in text:
+            return Hold(then=TextAnswer("released"))
+        if "please fail" in text:
+            return HttpError(529, "overloaded_error", "routed failure")
+        if "use the script" in text:
+            return None
+        if "please crash" in text:
+            raise LookupError("route bug")
+        return TextAnswer(f"routed: {request.body['messages'][0]}")
+
+    return route
+
+
+def test_route_answers_each_request_by_what_it_carries_even_concurrently() -> None:
+    seen: list[RecordedRequest] = []
+    with MessagesFixture(route=_route_by_body(seen)) as fixture:
+        held: list[bytes] = []
+        worker = threading.Thread(
+            target=lambda: held.append(
+                _request(fixture, "POST", "/v1/messages", {"messages": ["please hold"]})[2]
+            )
+        )
+        worker.start()
+        fixture.wait_for_holds(1, timeout=10)
+        # The held request is still open: a FIFO script could not answer this one first.
+        _, _, second = _request(fixture, "POST", "/v1/messages", {"messages": ["second"]})
+        status, _, failed = _request(fixture, "POST", "/v1/messages", {"messages": ["please fail"]})
+        fixture.release()
+        worker.join(timeout=10)
+        assert seen == fixture.message_requests()  # the very recorded requests, in order
+    assert _events(second)[2][1]["delta"]["text"] == "routed: second"
+    assert (status, json.loads(failed)["error"]["type"]) == (529, "overloaded_error")
+    assert _events(held[0])[2][1]["delta"]["text"] == "released"
+
+
+def test_route_returning_none_takes_the_script_then_the_default() -> None:
+    seen: list[RecordedRequest] = []
+    with MessagesFixture(
+        [TextAnswer("scripted")], default=TextAnswer("default"), route=_route_by_body(seen)
+    ) as fixture:
+        body = {"messages": ["use the script"]}
+        _, _, first = _request(fixture, "POST", "/v1/messages", body)
+        _, _, second = _request(fixture, "POST", "/v1/messages", body)
+    assert _events(first)[2][1]["delta"]["text"] == "scripted"
+    assert _events(second)[2][1]["delta"]["text"] == "default"
+    assert len(seen) == 2
+
+
+def test_a_raising_route_answers_500_and_the_request_stays_recorded() -> None:
+    with MessagesFixture(default=TextAnswer("never"), route=_route_by_body([])) as fixture:
+        status, _, body = _request(fixture, "POST", "/v1/messages", {"messages": ["please crash"]})
+        [recorded] = fixture.message_requests()
+    assert (status, json.loads(body)) == (
+        500,
+        {
+            "type": "error",
+            "error": {"type": "api_error", "message": "dsh fixture route raised LookupError"},
+        },
+    )
+    assert recorded.body == {"messages": ["please crash"]}
+
+
+def test_route_is_not_asked_about_count_tokens_or_other_paths() -> None:
+    seen: list[RecordedRequest] = []
+    with MessagesFixture(route=_route_by_body(seen)) as fixture:
+        assert _request(fixture, "POST", "/v1/messages/count_tokens", {})[0] == 200
+        assert _request(fixture, "POST", "/v2/other", {})[0] == 404
+    assert seen == []

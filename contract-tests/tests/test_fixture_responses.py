@@ -11,12 +11,15 @@ from typing import Any
 
 import pytest
 from dsh_contract_tests.fixtures.responses import (
+    Behaviour,
     CommentaryThenAnswer,
     FunctionCall,
     Hold,
     HttpError,
     PlainAnswer,
+    RecordedRequest,
     ResponsesFixture,
+    Route,
     TruncatedStream,
     codex_keyless_env,
     write_codex_config,
@@ -186,3 +189,71 @@ def test_keyless_env_isolates_every_home(tmp_path: Path) -> None:
         assert Path(env[name]).is_dir()
         assert Path(env[name]).is_relative_to(tmp_path)
     assert env["NO_PROXY"] == "127.0.0.1,localhost"
+
+
+# -- routing ------------------------------------------------------------------------------
+
+
+def _route_by_body(seen: list[RecordedRequest]) -> Route:
+    def route(request: RecordedRequest) -> Behaviour | None:
+        seen.append(request)
+        text = request.raw_body.decode()
+        if "please hold" in text:
+            return Hold(then=PlainAnswer("released"))
+        if "please fail" in text:
+            return HttpError(503, "routed failure")
+        if "use the script" in text:
+            return None
+        if "please crash" in text:
+            raise LookupError("route bug")
+        return PlainAnswer(f"routed: {request.body['input']}")
+
+    return route
+
+
+def test_route_answers_each_request_by_what_it_carries_even_concurrently() -> None:
+    seen: list[RecordedRequest] = []
+    with ResponsesFixture(route=_route_by_body(seen)) as fixture:
+        held: list[bytes] = []
+        worker = threading.Thread(
+            target=lambda: held.append(_post(fixture, {"input": "please hold"})[2])
+        )
+        worker.start()
+        fixture.wait_for_hold(timeout=10)
+        # The held request is still open: a FIFO script could not answer this one first.
+        status, _, raw = _post(fixture, {"input": "second"})
+        failed_status, _, failed = _post(fixture, {"input": "please fail"})
+        fixture.release()
+        worker.join(10)
+        assert seen == list(fixture.requests)  # the very recorded requests, in order
+    assert (status, _texts(_events(raw))) == (200, [("routed: second", None)])
+    assert (failed_status, json.loads(failed)) == (503, {"error": {"message": "routed failure"}})
+    assert _texts(_events(held[0])) == [("released", None)]
+
+
+def test_route_returning_none_takes_the_script() -> None:
+    seen: list[RecordedRequest] = []
+    with ResponsesFixture([PlainAnswer("scripted")], route=_route_by_body(seen)) as fixture:
+        _, _, first = _post(fixture, {"input": "use the script"})
+        exhausted, _, body = _post(fixture, {"input": "use the script"})
+    assert _texts(_events(first)) == [("scripted", None)]
+    assert (exhausted, json.loads(body)["error"]["message"]) == (500, "fixture script exhausted")
+
+
+def test_a_raising_route_answers_500_and_the_request_stays_recorded() -> None:
+    with ResponsesFixture(route=_route_by_body([])) as fixture:
+        status, _, body = _post(fixture, {"input": "please crash"})
+        [recorded] = fixture.requests
+    assert (status, json.loads(body)) == (
+        500,
+        {"error": {"message": "fixture route raised LookupError"}},
+    )
+    assert recorded.body == {"input": "please crash"}
+
+
+def test_route_is_not_asked_about_other_paths() -> None:
+    seen: list[RecordedRequest] = []
+    with ResponsesFixture(route=_route_by_body(seen)) as fixture:
+        status, _, _ = _post(fixture, {"input": "x"}, path="/v1/elsewhere")
+    assert status == 404
+    assert seen == []

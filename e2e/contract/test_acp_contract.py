@@ -9,7 +9,6 @@ request is answered by the kit directive found in its body (``complete`` → the
 from __future__ import annotations
 
 import subprocess
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from dsh_contract_tests.fixtures.responses import (
     Hold,
     HttpError,
     PlainAnswer,
+    RecordedRequest,
     ResponsesFixture,
     codex_keyless_env,
     write_codex_config,
@@ -61,23 +61,14 @@ def codex_acp() -> str:
     return binary
 
 
-class _Router(deque[Behaviour]):
-    """Stands in for the fixture's FIFO script: answers by the directive in the request.
+class _DirectiveRoute:
+    """Answers each model request by the kit directive in its body (the fixture's ``route``)."""
 
-    The fixture records each request and then, under the same lock, pops its script;
-    the request just recorded is therefore the one being answered.
-    """
-
-    def __init__(self, fixture: ResponsesFixture) -> None:
-        super().__init__()
-        self._requests = fixture._state.requests
+    def __init__(self) -> None:
         self.error_text = "fixture error"
 
-    def __bool__(self) -> bool:
-        return True
-
-    def popleft(self) -> Behaviour:
-        directive = find_directive(self._requests[-1].raw_body.decode("utf-8", "replace"))
+    def __call__(self, request: RecordedRequest) -> Behaviour:
+        directive = find_directive(request.raw_body.decode("utf-8", "replace"))
         if directive is None:
             return PlainAnswer("ok")
         if directive.behaviour == "complete":
@@ -95,9 +86,8 @@ class TestAcpContract(ProviderContract):
 
     @pytest.fixture
     def responses(self) -> Iterator[ResponsesFixture]:
-        with ResponsesFixture() as fixture:
-            router = _Router(fixture)
-            fixture._state.script = router
+        router = _DirectiveRoute()
+        with ResponsesFixture(route=router) as fixture:
             self._fixture = fixture
             self._router = router
             yield fixture

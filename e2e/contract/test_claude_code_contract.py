@@ -9,7 +9,6 @@ body (``complete`` → the token, ``fail`` → HTTP 500 carrying the planted raw
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,27 +38,14 @@ def _text(request: RecordedRequest) -> str:
     return json.dumps(request.body, ensure_ascii=False)
 
 
-class _RoutedMessages(MessagesFixture):
-    """Answers each message request by the directive in its body instead of a FIFO script.
-
-    The handler records the request and then asks for the next behaviour in the same
-    thread, so a thread-local hand-over pairs them.
-    """
-
-    error_text = "fixture error"
+class _DirectiveRoute:
+    """Answers each message request by the kit directive in its body (the fixture's ``route``)."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self._current = threading.local()
-        self.held_tokens: list[str] = []
+        self.error_text = "fixture error"
 
-    def _add(self, request: RecordedRequest) -> None:
-        self._current.request = request
-        super()._add(request)
-
-    def _next_behaviour(self) -> Behaviour | None:
-        request: RecordedRequest | None = getattr(self._current, "request", None)
-        directive = None if request is None else find_directive(_text(request))
+    def __call__(self, request: RecordedRequest) -> Behaviour:
+        directive = find_directive(_text(request))
         if directive is None:
             return TextAnswer("ok")
         if directive.behaviour == "complete":
@@ -76,16 +62,17 @@ class TestClaudeCodeContract(ProviderContract):
     secret_examples = 2
 
     @pytest.fixture
-    def messages(self) -> Iterator[_RoutedMessages]:
-        fixture = _RoutedMessages()
-        with fixture:
+    def messages(self) -> Iterator[MessagesFixture]:
+        router = _DirectiveRoute()
+        with MessagesFixture(route=router) as fixture:
             self._fixture = fixture
+            self._router = router
             yield fixture
 
     @pytest.fixture
-    def provider_factory(self, messages: _RoutedMessages) -> ProviderFactory:
+    def provider_factory(self, messages: MessagesFixture) -> ProviderFactory:
         def make(setup: ChildSetup) -> ClaudeCodeProvider:
-            messages.error_text = setup.error_text
+            self._router.error_text = setup.error_text
             home = keyless_claude_home(setup.scratch, messages.base_url)
             env: dict[str, str | None] = {**home.env, **setup.env}
             env["CLAUDE_CONFIG_DIR"] = str(home.config_dir)
