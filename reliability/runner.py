@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import re
 import time
 import traceback
@@ -324,6 +325,9 @@ async def run_cell(cell: Cell, root: Path, profile: Profile) -> CellReport:
         if escapee is not None and not any(s.startswith(f"{escapee} ") for s in report.survivors):
             report.survivors.append(f"{escapee} ({name})")
     _kill_new(baseline)
+    # Collect now, so an abandoned async generator or unclosed resource of this cell is
+    # reported against this cell rather than whichever test happens to run the GC.
+    gc.collect()
     report.fd_leak = await wait_fds_back(fds_before)
     return report
 
