@@ -69,14 +69,14 @@ QUICK = Profile(
 DEFAULT = Profile(
     name="default",
     warmup=2,
-    p1_pairs=25,
+    p1_pairs=30,
     p1_breakdown=10,
-    p2_pairs=12,
+    p2_pairs=20,
     p3_ours=5,
     p3_claude_sdk=3,
     p3_acp_default=2,
     p4_pairs=40,
-    p5_levels=(1, 4, 8, 16),
+    p5_levels=(1, 2, 4, 8, 16),
     p5_repeats=3,
 )
 PROFILES = {profile.name: profile for profile in (QUICK, DEFAULT)}
