@@ -13,13 +13,11 @@ import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 from dsh_subagent import (
     COMPLETED,
-    NO_START_CAPABILITIES,
     LocalCancellation,
+    OutOfProcessProvider,
     ProductFailure,
     ProductStartError,
     ResolvedSubagentStartRequest,
-    SubagentCapabilities,
-    SubagentProvider,
     SubagentResult,
     SubagentRun,
     SubprocessRunHandle,
@@ -71,34 +69,17 @@ class _Wire:
         await self.proc.stdin.send((json.dumps(message) + "\n").encode())
 
 
-class ExampleProvider(SubagentProvider):
+class ExampleProvider(OutOfProcessProvider[ExampleConfig]):
     """A third-party provider around a scripted child program.
 
-    It follows the plugin contract of the product providers: the class carries its
-    pydantic :attr:`Config`, is constructed as ``ExampleProvider(config)`` (which starts
-    nothing) and advertises no start capability, because a child in another process
-    cannot honour parent-enforced start features.
+    It follows the plugin contract of the product providers through
+    :class:`dsh_subagent.OutOfProcessProvider`: the class carries its pydantic
+    :attr:`Config`, is constructed as ``ExampleProvider(config)`` (which starts nothing),
+    is named by ``provider_name`` and advertises no start capability, because a child in
+    another process cannot honour parent-enforced start features.
     """
 
     Config: ClassVar[type[ExampleConfig]] = ExampleConfig
-
-    def __init__(self, config: ExampleConfig) -> None:
-        self._config = config
-
-    @property
-    def name(self) -> str:
-        """Registry name of this instance."""
-        return self._config.provider_name
-
-    @property
-    def capabilities(self) -> SubagentCapabilities:
-        """None: see the class docstring."""
-        return NO_START_CAPABILITIES
-
-    @property
-    def inherits_parent_context(self) -> bool:
-        """``False``: the child sees only the task and the parent's cwd."""
-        return False
 
     def _argv(self) -> tuple[str, ...]:
         return (sys.executable, "-m", "dsh_example_provider.child")

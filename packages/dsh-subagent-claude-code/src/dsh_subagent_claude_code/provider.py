@@ -41,14 +41,12 @@ from claude_agent_sdk.types import (
 )
 from dsh_subagent import (
     COMPLETED,
-    NO_START_CAPABILITIES,
+    OutOfProcessProvider,
     ProductStartError,
     ProductTeardownError,
     ResolvedSubagentStartRequest,
-    SubagentCapabilities,
     SubagentError,
     SubagentErrorCode,
-    SubagentProvider,
     SubagentResult,
     SubagentRun,
     TextBlock,
@@ -133,7 +131,7 @@ def _outcome(facts: ExitFacts | None) -> tuple[int | None, str | None]:
     return (None, None) if facts is None else (facts.exit_code, facts.signal)
 
 
-class ClaudeCodeProvider(SubagentProvider):
+class ClaudeCodeProvider(OutOfProcessProvider[ClaudeCodeConfig]):
     """Delegates one self-contained text task to the Claude Code CLI of the pinned SDK.
 
     Construction validates the configuration and starts nothing.
@@ -166,30 +164,10 @@ class ClaudeCodeProvider(SubagentProvider):
                 raise SubagentError(
                     SubagentErrorCode.INVALID_CONFIG, f"{PREFIX}: invalid configuration"
                 ) from exc
-        self._config = config
+        super().__init__(config)
         self._cli_prefix = cli_prefix
         self._spawner = spawner
         self._options_hook = options_hook
-
-    @property
-    def config(self) -> ClaudeCodeConfig:
-        """The resolved instance configuration."""
-        return self._config
-
-    @property
-    def name(self) -> str:
-        """The configured ``provider_name``."""
-        return self._config.provider_name
-
-    @property
-    def capabilities(self) -> SubagentCapabilities:
-        """All five start capabilities false: an out-of-process child honours none."""
-        return NO_START_CAPABILITIES
-
-    @property
-    def inherits_parent_context(self) -> bool:
-        """False: the child gets only the task text and the cwd."""
-        return False
 
     def _stderr_observer(self, line: str) -> None:
         # Forwarded unchanged to the host log; never classified, never in a diagnostic.

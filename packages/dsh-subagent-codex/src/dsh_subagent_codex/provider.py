@@ -18,16 +18,14 @@ from typing import ClassVar, Final, NoReturn, TypeVar
 
 import anyio
 from dsh_subagent import (
-    NO_START_CAPABILITIES,
     LocalCancellation,
+    OutOfProcessProvider,
     ProductFailure,
     ProductStartError,
     ProductTeardownError,
     ResolvedSubagentStartRequest,
-    SubagentCapabilities,
     SubagentError,
     SubagentErrorCode,
-    SubagentProvider,
     SubagentResult,
     SubagentRun,
     SubprocessRunHandle,
@@ -165,7 +163,7 @@ async def _await_response(child: _Child, request_id: str) -> Frame:
             await answer_unexpected(child.rpc, frame)
 
 
-class CodexProvider(SubagentProvider):
+class CodexProvider(OutOfProcessProvider[CodexConfig]):
     """Delegates one self-contained text task to the real Codex app-server.
 
     Args:
@@ -173,29 +171,6 @@ class CodexProvider(SubagentProvider):
     """
 
     Config: ClassVar[type[CodexConfig]] = CodexConfig
-
-    def __init__(self, config: CodexConfig) -> None:
-        self._config = config
-
-    @property
-    def config(self) -> CodexConfig:
-        """This instance's configuration."""
-        return self._config
-
-    @property
-    def name(self) -> str:
-        """The registry name (``provider_name``)."""
-        return self._config.provider_name
-
-    @property
-    def capabilities(self) -> SubagentCapabilities:
-        """No start-time capability: a child in another process cannot honour them."""
-        return NO_START_CAPABILITIES
-
-    @property
-    def inherits_parent_context(self) -> bool:
-        """``False``: the child sees the task and the workspace, never the conversation."""
-        return False
 
     # Seams for the package tests (a scripted fake app-server, a stderr probe).
     # Production always runs the pinned binary and forwards stderr to the host.

@@ -26,6 +26,7 @@ from dsh_subagent.events import (
     SubagentRunEnded,
     SubagentRunStarted,
 )
+from dsh_subagent.provider_base import NamedProviderConfig, OutOfProcessProvider
 from dsh_subagent.run_handle import SubprocessRunHandle
 from dsh_subagent.service import (
     MAX_SAFE_INTEGER,
@@ -87,6 +88,8 @@ __all__ = [
     "CancelSignal",
     "ContentBlock",
     "LocalCancellation",
+    "NamedProviderConfig",
+    "OutOfProcessProvider",
     "ParentContext",
     "ProductFailure",
     "ProductStartError",
