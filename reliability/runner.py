@@ -247,7 +247,9 @@ def _surfaces(
     return surfaces
 
 
-async def run_cell(cell: Cell, root: Path, profile: Profile) -> CellReport:
+async def run_cell(
+    cell: Cell, root: Path, profile: Profile, planted: Planted | None = None
+) -> CellReport:
     """Run ``cell`` in ``root`` (a fresh directory) and judge everything it left.
 
     The caller must be a subreaper (see :func:`reliability.probes.become_subreaper`) and
@@ -255,7 +257,7 @@ async def run_cell(cell: Cell, root: Path, profile: Profile) -> CellReport:
     descendants of this process.
     """
     report = CellReport(cell.id)
-    setup = FakeSetup(root=root, planted=Planted())
+    setup = FakeSetup(root=root, planted=planted or Planted())
     setup.prelude = cell.prelude(setup, profile)
     baseline = set(live_descendants())
     fds_before = fd_count()
