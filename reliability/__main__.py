@@ -1,0 +1,7 @@
+"""``python -m reliability [--profile ci|nightly]``."""
+
+import sys
+
+from reliability.report import main
+
+sys.exit(main())
