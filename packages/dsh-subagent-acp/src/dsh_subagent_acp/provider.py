@@ -8,14 +8,12 @@ from typing import ClassVar
 
 import anyio
 from dsh_subagent import (
-    NO_START_CAPABILITIES,
     LocalCancellation,
+    OutOfProcessProvider,
     ProductStartError,
     ResolvedSubagentStartRequest,
-    SubagentCapabilities,
     SubagentError,
     SubagentErrorCode,
-    SubagentProvider,
     SubagentResult,
     SubprocessRunHandle,
     settle_run_result,
@@ -49,7 +47,7 @@ def _require_asyncio() -> None:
         raise _start_error(AcpFailure("initialize", "unsupported-backend")) from None
 
 
-class AcpProvider(SubagentProvider):
+class AcpProvider(OutOfProcessProvider[AcpConfig]):
     """A named instance delegating to the ACP agent started by ``command + args``.
 
     Each run is its own agent process, ACP session and model: the process is spawned
@@ -65,29 +63,6 @@ class AcpProvider(SubagentProvider):
     """
 
     Config: ClassVar[type[AcpConfig]] = AcpConfig
-
-    def __init__(self, config: AcpConfig) -> None:
-        self._config = config
-
-    @property
-    def config(self) -> AcpConfig:
-        """This instance's configuration."""
-        return self._config
-
-    @property
-    def name(self) -> str:
-        """The configured ``provider_name``."""
-        return self._config.provider_name
-
-    @property
-    def capabilities(self) -> SubagentCapabilities:
-        """All five start capabilities false: an agent in another process honours none."""
-        return NO_START_CAPABILITIES
-
-    @property
-    def inherits_parent_context(self) -> bool:
-        """Always false: the child sees only the task and the working directory."""
-        return False
 
     async def start(self, request: ResolvedSubagentStartRequest) -> SubprocessRunHandle:
         """Start the agent, open its session and publish the run.
