@@ -30,8 +30,13 @@ PermissionPolicy = Literal["reject", "allow"]
 Options are always chosen by ``kind``, never by ``optionId`` (agents name them freely).
 """
 
-DEFAULT_DISPOSE_EOF_GRACE: Final = 6.0
-"""Seconds a disposed agent gets to exit on stdin EOF before tree termination."""
+DEFAULT_DISPOSE_EOF_GRACE: Final = 0.2
+"""Seconds a disposed agent gets to exit on stdin EOF before tree termination.
+
+Deliberately short (the reference waits 6 s): every agent tried here (codex-acp,
+claude-agent-acp) ignores stdin EOF, so a long window only delays each dispose, while an
+agent that does exit on EOF does so within milliseconds.
+"""
 
 DEFAULT_DISPOSE_GRACE: Final = 3.0
 """Seconds between SIGTERM and SIGKILL of the agent's process tree."""
