@@ -211,22 +211,11 @@ def run_config_case(case: ConfigCase, root: Path) -> CaseReport:
 
 TASK_LABELS = ("blank-task", "empty-task", "non-text-task", "no-working-directory")
 
-ACP_TASK_CHECK = (
-    "finding: dsh_subagent_acp.provider.AcpProvider.start never validates the task: a blank, "
-    "empty or non-text prompt is accepted, the agent process is spawned and the run is "
-    "published (non-text blocks are silently dropped in _publish); Codex and Claude Code "
-    "raise INVALID_REQUEST before spawning"
-)
-
 
 def task_cases() -> list[tuple[str, str, str | None]]:
-    """(product, label, xfail finding) for every bad task input."""
+    """(product, label, xfail finding) for every bad task input (no open finding left)."""
     return [
-        (
-            product,
-            label,
-            ACP_TASK_CHECK if product == "acp" and label != "no-working-directory" else None,
-        )
+        (product, label, None)
         for product in ("codex", "claude-code", "acp")
         for label in TASK_LABELS
     ]

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 from acp_harness import Scripted, delegate, make_request, pid_alive
-from dsh_subagent import ProductStartError, SubagentError, SubagentErrorCode
+from dsh_subagent import ProductStartError, SubagentError, SubagentErrorCode, TextBlock
 from dsh_subagent_acp import AcpConfig, AcpProvider
 
 
@@ -186,3 +186,41 @@ async def test_unusable_parent_cwd_refused_before_spawn_without_the_path(
     assert "alice-private" not in caught.value.message
     assert "alice-private" in str(caught.value.__cause__)
     assert agent.events("started") == []
+
+
+# Unlike the reference provider (which silently dropped non-text blocks), the task is
+# validated like Codex's: a task the agent would see as empty is a caller error.
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        ((), "subagent-acp: the one-shot task must contain only text blocks"),
+        (
+            # Not constructible through the public model: built raw, as a foreign caller might.
+            (TextBlock(text="task"), TextBlock.model_construct(type="image", text="")),  # type: ignore[arg-type]
+            "subagent-acp: the one-shot task must contain only text blocks",
+        ),
+        (
+            (TextBlock(text=""), TextBlock(text=" \n\t")),
+            "subagent-acp: the one-shot task must not be empty",
+        ),
+    ],
+    ids=["empty", "non-text", "blank"],
+)
+async def test_invalid_tasks_are_refused_before_spawn(
+    tmp_path: Path, prompt: tuple[TextBlock, ...], message: str
+) -> None:
+    agent = Scripted(tmp_path)
+    provider = agent.provider()
+    async with anyio.create_task_group() as tg:
+        request = make_request(tg, cwd=str(agent.workspace)).model_copy(update={"prompt": prompt})
+        with pytest.raises(SubagentError) as caught:
+            await provider.start(request)
+    assert (caught.value.code, caught.value.message) == (SubagentErrorCode.INVALID_REQUEST, message)
+    assert agent.events("started") == []
+
+
+async def test_a_blank_block_beside_text_is_kept(tmp_path: Path) -> None:
+    agent = Scripted(tmp_path, {"prompt": [{"chunk": "ok"}]})
+    await delegate(agent.provider(), cwd=str(agent.workspace), prompt=("one", " ", "two"))
+    (prompt,) = agent.frames("incoming", "session/prompt")
+    assert [block["text"] for block in prompt["params"]["prompt"]] == ["one", " ", "two"]

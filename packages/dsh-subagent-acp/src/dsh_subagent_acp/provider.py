@@ -40,6 +40,22 @@ def _start_error(failure: AcpFailure, rollback: AcpFailure | None = None) -> Pro
     return ProductStartError(message, rollback_failed=rollback is not None)
 
 
+def _task_texts(request: ResolvedSubagentStartRequest) -> list[str]:
+    """The task's text blocks, kept as separate prompt blocks (the Codex rule and wording)."""
+    blocks = request.prompt
+    if not blocks or any(getattr(block, "type", None) != "text" for block in blocks):
+        raise SubagentError(
+            SubagentErrorCode.INVALID_REQUEST,
+            f"{PREFIX}: the one-shot task must contain only text blocks",
+        )
+    texts = [block.text for block in blocks]
+    if not any(text.strip() for text in texts):
+        raise SubagentError(
+            SubagentErrorCode.INVALID_REQUEST, f"{PREFIX}: the one-shot task must not be empty"
+        )
+    return texts
+
+
 def _require_asyncio() -> None:
     try:
         asyncio.get_running_loop()
@@ -68,11 +84,13 @@ class AcpProvider(OutOfProcessProvider[AcpConfig]):
         """Start the agent, open its session and publish the run.
 
         Raises:
-            SubagentError: ``NO_WORKING_DIRECTORY`` when no usable cwd exists.
+            SubagentError: ``INVALID_REQUEST`` for an empty, non-text or blank task;
+                ``NO_WORKING_DIRECTORY`` when no usable cwd exists. Both before any spawn.
             ProductStartError: The start failed or was cancelled; nothing is left
                 running. The message is the safe line (or the fixed "aborted" text).
         """
         config = self._config
+        texts = _task_texts(request)
         _require_asyncio()
         cwd = _resolve_cwd(config, request)
         if request.cancel.aborted:
@@ -117,10 +135,10 @@ class AcpProvider(OutOfProcessProvider[AcpConfig]):
                     f"{ABORTED_BEFORE_START}; {rollback.message()}", rollback_failed=True
                 )
             raise ProductStartError(ABORTED_BEFORE_START)
-        return self._publish(request, child)
+        return self._publish(request, child, texts)
 
     def _publish(
-        self, request: ResolvedSubagentStartRequest, child: AcpChild
+        self, request: ResolvedSubagentStartRequest, child: AcpChild, texts: list[str]
     ) -> SubprocessRunHandle:
         local = LocalCancellation()
         remove = request.cancel.add_listener(local.request_cancel)
@@ -131,7 +149,6 @@ class AcpProvider(OutOfProcessProvider[AcpConfig]):
             teardown=child.dispose,
             remove_cancel_listener=remove,
         )
-        texts = [block.text for block in request.prompt if block.type == "text"]
         name = self.name
 
         def on_error(error: Exception, stop_reason: str) -> None:
