@@ -66,6 +66,20 @@ def test_invalid_values_name_the_field(field: str, value: object) -> None:
     assert caught.value.errors()[0]["loc"][0] == field
 
 
+@pytest.mark.parametrize("name", ["", "A=B", "=A", "A\0B"])
+def test_invalid_env_names_are_refused_at_load_naming_the_field(name: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        CodexConfig.model_validate({"env": {name: "value"}})
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("env",)
+    assert "subagent-codex: env names must be non-empty without '=' or NUL" in error["msg"]
+
+
+def test_unusual_but_valid_env_names_and_removals_are_kept() -> None:
+    env = {"lower_case": "x", "WITH SPACE": "", "DSH_X": None}
+    assert CodexConfig(env=env).env == env
+
+
 @pytest.mark.parametrize("grace", [0, -1, math.nan, math.inf, -math.inf, True, "3"])
 def test_dispose_grace_must_be_positive_finite(grace: object) -> None:
     with pytest.raises(ValidationError) as caught:

@@ -59,6 +59,15 @@ class CodexConfig(BaseModel):
             raise ValueError(exc.message) from None
         return value
 
+    @field_validator("env")
+    @classmethod
+    def _check_env_names(cls, value: dict[str, str | None]) -> dict[str, str | None]:
+        # The spawn seam refuses these too, but only at start; refuse them at load instead.
+        for name in value:
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"{PREFIX}: env names must be non-empty without '=' or NUL")
+        return value
+
     @field_validator("cwd")
     @classmethod
     def _check_cwd(cls, value: str | None) -> str | None:
