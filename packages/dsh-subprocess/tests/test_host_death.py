@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 _HOST = """
 import json, sys
 import anyio
-from dsh_subprocess import SpawnSpec, spawn
+from dsh_subprocess import SpawnSpec, _guard_server, spawn
 
 SCRIPT = (
     "setsid sh -c \\"trap '' TERM; while :; do sleep 0.05; done\\" & "
@@ -29,13 +29,16 @@ SCRIPT = (
 )
 
 async def main(cwd, guard, then):
+    _guard_server.enabled = guard == "server"
     proc = await spawn(SpawnSpec(argv=("/bin/sh", "-c", SCRIPT), cwd=cwd,
-                                 host_death_guard=guard == "guard"))
+                                 host_death_guard=guard != "direct"))
     await proc.stdout.receive()
     with anyio.fail_after(10):
-        while len(pids := proc.tree_pids()) < 5 + (guard == "guard"):
+        while len(pids := proc.tree_pids()) < 5 + (guard != "direct"):
             await anyio.sleep(0.01)
-    print(json.dumps(sorted(pids)), flush=True)
+    # Under the server, the server itself must go as well.
+    server = [_guard_server.guard_server_pid()] if guard == "server" else []
+    print(json.dumps(sorted(pids) + server), flush=True)
     if then == "idle":
         await anyio.sleep(3600)
 
@@ -70,9 +73,12 @@ async def _wait_gone(procs: list[psutil.Process], within: float) -> list[psutil.
     return left
 
 
+@pytest.mark.parametrize("guard", ["server", "per-spawn"])
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-async def test_killed_host_leaves_nothing_behind(tmp_path: Path, how: signal.Signals) -> None:
-    host, pids = await _start_host(tmp_path, "guard", "idle")
+async def test_killed_host_leaves_nothing_behind(
+    tmp_path: Path, how: signal.Signals, guard: str
+) -> None:
+    host, pids = await _start_host(tmp_path, guard, "idle")
     tree = snapshot(pids)
     assert len(alive(tree)) == len(pids)
     psutil.Process(host.pid).send_signal(how)
@@ -83,7 +89,7 @@ async def test_killed_host_leaves_nothing_behind(tmp_path: Path, how: signal.Sig
     assert (await host.terminate()).signal == how.name
 
 
-@pytest.mark.parametrize("guard", ["guard", "direct"])
+@pytest.mark.parametrize("guard", ["server", "per-spawn", "direct"])
 async def test_host_that_exits_without_terminating_kills_its_trees(
     tmp_path: Path, guard: str
 ) -> None:

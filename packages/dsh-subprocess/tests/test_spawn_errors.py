@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from dsh_subprocess import InvalidCwdError, SpawnError, SpawnSpec, spawn
+from dsh_subprocess import InvalidCwdError, SpawnError, SpawnSpec, guard_server_pid, spawn
 
 pytestmark = pytest.mark.anyio
 
@@ -15,7 +15,12 @@ _SECRET_ARG = "argv-value-that-must-not-leak"
 
 
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if _running(p)}
+    # The guard server is the host's helper, started by the first guarded spawn; it is
+    # not something the failed spawn left running.
+    server = guard_server_pid()
+    return {
+        p.pid for p in psutil.Process().children(recursive=True) if _running(p) and p.pid != server
+    }
 
 
 def _running(proc: psutil.Process) -> bool:

@@ -6,6 +6,7 @@ TERM→grace→KILL of the whole tree (descendants that called ``setsid`` includ
 whole-tree exit observation, exit facts and stderr draining.
 """
 
+from ._guard_server import guard_server_pid, shutdown_guard_server
 from ._hostexit import kill_all_trees_now
 from ._stderr import StderrObserver, forward_to_host_stderr
 from .env import child_env, is_scrubbed_name, scrubbed_parent_env
@@ -29,9 +30,11 @@ __all__ = [
     "StdioMode",
     "child_env",
     "forward_to_host_stderr",
+    "guard_server_pid",
     "is_scrubbed_name",
     "kill_all_trees_now",
     "scrubbed_parent_env",
+    "shutdown_guard_server",
     "signal_name",
     "spawn",
 ]

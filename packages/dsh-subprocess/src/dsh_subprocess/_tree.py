@@ -76,6 +76,13 @@ def group_members(pgid: int) -> list[psutil.Process]:
     """The members of process group ``pgid`` that are not zombies."""
     if pgid <= 0:
         return []
+    # One syscall answers the common case (the group is empty) without reading /proc.
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except OSError:
+        pass  # EPERM: the group exists, owned by someone else; scan to see its members
     if sys.platform == "linux":
         pids = _linux_group_pids(pgid)
     else:

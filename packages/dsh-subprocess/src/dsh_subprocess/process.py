@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
 import signal
 import stat
@@ -10,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,7 +18,8 @@ import anyio.abc
 import anyio.lowlevel
 import psutil
 
-from . import _hostexit, _tree
+from . import _guard_server, _hostexit, _tree
+from ._fdstream import FdReceiveStream, FdSendStream
 from ._stderr import StderrDrain, StderrObserver, forward_to_host_stderr
 from .env import child_env
 from .errors import DshSubprocessError, InvalidCwdError, SpawnError
@@ -27,7 +28,7 @@ from .spec import SpawnSpec
 
 __all__ = ["GUARD_PATH", "ManagedProcess", "spawn"]
 
-GUARD_PATH = str(Path(__file__).with_name("_guard.py"))
+GUARD_PATH = _guard_server.GUARD_PATH
 """The host-death guard program (run with ``sys.executable -I -S``)."""
 
 _POLL_SECONDS = 0.01
@@ -37,6 +38,12 @@ _GUARD_SELF_EXIT_SECONDS = 0.5  # after the product is SIGKILLed the guard reaps
 _KILL_RETRY_SECONDS = 1.0
 _DRAIN_JOIN_SECONDS = 1.0
 _GUARDED = sys.platform == "linux"
+_GUARD_START_SECONDS = 30.0  # a server that has not forked the guard by then is broken
+_SEND_RETRY_SECONDS = 0.001
+
+
+class _ServerUnavailable(Exception):
+    """The guard server could not take the request; nothing was started for it."""
 
 
 def _probe_cwd(cwd: str) -> None:
@@ -88,13 +95,17 @@ class ManagedProcess(anyio.abc.AsyncResource):
     def __init__(
         self,
         spec: SpawnSpec,
-        process: anyio.abc.Process,
+        process: anyio.abc.Process | None,
         *,
         guarded: bool,
         status_fd: int | None,
         lifeline_fd: int | None,
         stderr_drain: StderrDrain | None,
+        stdin: anyio.abc.ByteSendStream | None = None,
+        stdout: anyio.abc.ByteReceiveStream | None = None,
     ) -> None:
+        # ``process`` is the guard or the product, our child. Without it the guard server
+        # forks the guard (not our child), which reports its pid (``G``) on the status pipe.
         self._spec = spec
         self._process = process
         self._guarded = guarded
@@ -103,9 +114,15 @@ class ManagedProcess(anyio.abc.AsyncResource):
         self._status_eof = status_fd is None
         self._lifeline_fd = lifeline_fd
         self._stderr_drain = stderr_drain
-        self._root_pid = process.pid
-        self._root = self._psutil_or_none(process.pid)
-        self._product_pid = process.pid if not guarded else -1
+        self._status_waiting = False  # one task at a time may wait on the status fd
+        if process is not None:
+            self._root_pid = process.pid
+            self._stdin, self._stdout = process.stdin, process.stdout
+        else:
+            self._root_pid = -1  # until the guard reports ``G``
+            self._stdin, self._stdout = stdin, stdout
+        self._root = None if self._root_pid < 0 else self._psutil_or_none(self._root_pid)
+        self._product_pid = self._root_pid if not guarded else -1
         self._product: psutil.Process | None = None if guarded else self._root
         self._known: dict[int, psutil.Process] = {}
         self._facts: ExitFacts | None = None
@@ -145,12 +162,12 @@ class ManagedProcess(anyio.abc.AsyncResource):
     @property
     def stdin(self) -> anyio.abc.ByteSendStream | None:
         """The product's stdin (``stdin="pipe"`` only)."""
-        return self._process.stdin
+        return self._stdin
 
     @property
     def stdout(self) -> anyio.abc.ByteReceiveStream | None:
         """The product's stdout (``stdout="pipe"`` only)."""
-        return self._process.stdout
+        return self._stdout
 
     @property
     def exit_facts(self) -> ExitFacts | None:
@@ -163,14 +180,14 @@ class ManagedProcess(anyio.abc.AsyncResource):
         Returns:
             Its exit facts. Descendants may still be alive: see :meth:`wait_tree_exit`.
         """
-        await _poll_until(lambda: self._poll_facts() is not None)
+        await self._poll_until(lambda: self._poll_facts() is not None)
         facts = self._poll_facts()
         assert facts is not None
         return facts
 
     async def wait_tree_exit(self) -> None:
         """Wait until no process of the tree is alive (zombies count as gone). Sends nothing."""
-        await _poll_until(self._tree_gone_now)
+        await self._poll_until(self._tree_gone_now)
 
     def tree_alive(self) -> bool:
         """Tell whether any process of the tree is alive now."""
@@ -242,6 +259,10 @@ class ManagedProcess(anyio.abc.AsyncResource):
         return time.monotonic() - self._last_discovery >= interval
 
     def _root_alive(self) -> bool:
+        if self._process is None:
+            # A served guard holds the status pipe's only write end until it exits.
+            self._read_status()
+            return not self._status_eof
         return (
             self._process.returncode is None
             and self._root is not None
@@ -308,7 +329,10 @@ class ManagedProcess(anyio.abc.AsyncResource):
             number = int(value)
         except ValueError:
             return
-        if kind == "P":
+        if kind == "G" and self._process is None and self._root_pid < 0:
+            self._root_pid = number
+            self._root = self._psutil_or_none(number)
+        elif kind == "P":
             self._product_pid = number
             self._product = self._psutil_or_none(number)
         elif kind == "X" and self._facts is None:
@@ -322,12 +346,13 @@ class ManagedProcess(anyio.abc.AsyncResource):
         if self._facts is not None:
             return self._facts
         if not self._guarded:
+            assert self._process is not None
             code = self._process.returncode
             if code is not None:
                 self._facts = _facts_from_returncode(code)
             return self._facts
         self._read_status()
-        if self._facts is None and self._process.returncode is not None:
+        if self._facts is None and (self._process is None or self._process.returncode is not None):
             # The guard is gone; whatever it reported is in the pipe by now.
             self._read_status()
             if self._facts is None and self._status_eof:
@@ -349,14 +374,60 @@ class ManagedProcess(anyio.abc.AsyncResource):
                 cause = OSError(code, os.strerror(code)) if code else OSError("exec failed")
                 raise SpawnError(errno=code or None) from cause
             if self._status_eof:
+                if self._process is None and self._root_pid < 0:
+                    raise _ServerUnavailable  # no guard was forked: the server died
                 raise SpawnError(errno=None) from None
-            await anyio.wait_readable(fd)
+            if self._process is None and self._root_pid < 0:
+                # Shielded: a forked guard is never left unknown to a cancelled spawn.
+                with anyio.CancelScope(shield=True):
+                    with anyio.move_on_after(_GUARD_START_SECONDS) as timeout:
+                        await anyio.wait_readable(fd)
+                    if timeout.cancelled_caught:
+                        raise _ServerUnavailable  # the server hangs
+            else:
+                await anyio.wait_readable(fd)
+
+    async def _poll_until(
+        self, condition: Callable[[], bool], interval: float = _POLL_SECONDS
+    ) -> None:
+        """Poll ``condition``; under the guard, status pipe traffic wakes the poll early.
+
+        The guard writes the product's exit and closes the pipe when it exits, which it
+        does only once nothing of the tree is left (it is the tree's subreaper).
+        """
+        while not condition():
+            fd = self._status_fd
+            if fd is None or self._status_eof or self._status_waiting:
+                await anyio.sleep(interval)
+                continue
+            self._status_waiting = True
+            try:
+                with anyio.move_on_after(interval):
+                    await anyio.wait_readable(fd)
+            except anyio.ClosedResourceError:
+                pass
+            finally:
+                self._status_waiting = False
+            self._read_status()  # consume it, or the fd stays readable
+
+    def _discard_unstarted(self) -> None:
+        """Drop a served spawn that never got a guard (nothing of it runs)."""
+        _hostexit.unregister(self)
+        self._tree_gone = True
+        for stream in (self._stdin, self._stdout):
+            if isinstance(stream, (FdReceiveStream, FdSendStream)):
+                stream.close_now()
+        drain, self._stderr_drain = self._stderr_drain, None
+        if drain is not None:
+            drain.detach()
+        fd, self._status_fd = self._status_fd, None
+        _close_quietly(fd)
 
     # -- teardown -------------------------------------------------------------------
 
     async def _poll_until_gone(self, seconds: float) -> bool:
         with anyio.move_on_after(seconds):
-            await _poll_until(self._tree_gone_now)
+            await self._poll_until(self._tree_gone_now)
             return True
         return False
 
@@ -382,7 +453,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
         if self._guarded and self._root_alive():
             # Let the guard reap the product and report its facts before it is killed.
             with anyio.move_on_after(_GUARD_SELF_EXIT_SECONDS):
-                await _poll_until(lambda: not self._root_alive(), _POLL_SECONDS / 2)
+                await self._poll_until(lambda: not self._root_alive(), _POLL_SECONDS / 2)
         if self._live_members(discover=True):
             _tree.signal_group(self._root_pid, signal.SIGKILL)
             if self._root is not None:
@@ -404,7 +475,12 @@ class ManagedProcess(anyio.abc.AsyncResource):
         if self._resources_closed:
             return
         self._resources_closed = True
-        await self._process.aclose()
+        if self._process is not None:
+            await self._process.aclose()
+        else:
+            for stream in (self._stdin, self._stdout):
+                if stream is not None:
+                    await stream.aclose()
         drain = self._stderr_drain
         if drain is not None:
             with anyio.move_on_after(_DRAIN_JOIN_SECONDS):
@@ -440,6 +516,132 @@ async def spawn(
     _probe_cwd(spec.cwd)
     env = child_env(spec.env)
     guarded = spec.host_death_guard and _GUARDED
+    if guarded and _guard_server.enabled:
+        try:
+            return await _spawn_served(spec, env, stderr_observer)
+        except _ServerUnavailable:
+            pass  # nothing was started: fall back to a guard of its own
+    return await _spawn_process(spec, env, guarded, stderr_observer)
+
+
+def _encode_request(spec: SpawnSpec, env: dict[str, str]) -> bytes:
+    return marshal.dumps(
+        (
+            [os.fsencode(arg) for arg in spec.argv],
+            os.fsencode(spec.cwd),
+            [(os.fsencode(name), os.fsencode(value)) for name, value in env.items()],
+        )
+    )
+
+
+async def _send_request(server: _guard_server.GuardServer, payload: bytes, fds: list[int]) -> None:
+    for attempt in (1, 2):
+        deadline = time.monotonic() + _GUARD_START_SECONDS
+        while True:
+            try:
+                server.send(payload, fds)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                await anyio.sleep(_SEND_RETRY_SECONDS)  # the server is busy forking
+            except OSError:
+                break  # the server is gone (EPIPE, ECONNREFUSED…)
+        _guard_server.forget(server)
+        if attempt == 2:
+            break
+        restarted = _guard_server.acquire()
+        if restarted is None:
+            break
+        server = restarted
+    raise _ServerUnavailable
+
+
+async def _spawn_served(
+    spec: SpawnSpec, env: dict[str, str], stderr_observer: StderrObserver | None
+) -> ManagedProcess:
+    payload = _encode_request(spec, env)
+    if len(payload) > _guard_server.MAX_REQUEST_BYTES:
+        raise _ServerUnavailable
+    server = _guard_server.acquire()
+    if server is None:
+        raise _ServerUnavailable
+    host_ends: list[int] = []
+    child_ends: list[int] = []
+
+    def pipe() -> tuple[int, int]:
+        read_end, write_end = os.pipe()
+        host_ends.append(read_end)  # closed on failure either way; sorted out below
+        host_ends.append(write_end)
+        return read_end, write_end
+
+    def devnull() -> int:
+        fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        child_ends.append(fd)
+        return fd
+
+    stdin_w = stdout_r = stderr_r = status_r = None
+    try:
+        if spec.stdin == "pipe":
+            stdin_r, stdin_w = pipe()
+            child_ends.append(stdin_r)
+        else:
+            stdin_r = devnull()
+        if spec.stdout == "pipe":
+            stdout_r, stdout_w = pipe()
+            child_ends.append(stdout_w)
+        else:
+            stdout_w = devnull()
+        if spec.stderr == "pipe":
+            stderr_r, stderr_w = pipe()
+            child_ends.append(stderr_w)
+        elif spec.stderr == "devnull":
+            stderr_w = devnull()
+        else:
+            stderr_w = 2  # the host's own stderr, passed through
+        status_r, status_w = pipe()
+        child_ends.append(status_w)
+        os.set_blocking(status_r, False)
+        with anyio.CancelScope(shield=True):
+            await _send_request(server, payload, [stdin_r, stdout_w, stderr_w, status_w])
+    except BaseException:
+        _close_quietly(*host_ends, *child_ends)
+        raise
+    # The server holds its own copies now; the host keeps only its ends. What follows
+    # overlaps with the server forking the guard and the guard starting the product.
+    _close_quietly(*child_ends)
+    drain: StderrDrain | None = None
+    if stderr_r is not None:
+        drain = StderrDrain(stderr_r, stderr_observer or forward_to_host_stderr)
+        drain.start()
+    proc = ManagedProcess(
+        spec,
+        None,
+        guarded=True,
+        status_fd=status_r,
+        lifeline_fd=None,
+        stderr_drain=drain,
+        stdin=None if stdin_w is None else FdSendStream(stdin_w),
+        stdout=None if stdout_r is None else FdReceiveStream(stdout_r),
+    )
+    try:
+        await proc._handshake()
+        # A cancelled spawn never hands out a process: it is torn down here instead.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+    except _ServerUnavailable:
+        proc._discard_unstarted()
+        _guard_server.forget(server)  # dead or hanging: either way of no further use
+        raise
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await proc.terminate()
+        raise
+    return proc
+
+
+async def _spawn_process(
+    spec: SpawnSpec, env: dict[str, str], guarded: bool, stderr_observer: StderrObserver | None
+) -> ManagedProcess:
     stdio: dict[str, Any] = {
         "stdin": subprocess.PIPE if spec.stdin == "pipe" else subprocess.DEVNULL,
         "stdout": subprocess.PIPE if spec.stdout == "pipe" else subprocess.DEVNULL,
