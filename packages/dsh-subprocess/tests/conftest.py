@@ -34,5 +34,6 @@ def guard_server_left_idle(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture(params=["server", "per-spawn", "direct"])
 def guarded(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     """Run a test under the guard server, under a per-spawn guard, and without a guard."""
-    monkeypatch.setattr(_guard_server, "enabled", request.param == "server")
-    return request.param != "direct"
+    mode = str(request.param)
+    monkeypatch.setattr(_guard_server, "enabled", mode == "server")
+    return mode != "direct"
