@@ -127,7 +127,11 @@ class ManagedProcess(anyio.abc.AsyncResource):
         self._known: dict[int, psutil.Process] = {}
         self._facts: ExitFacts | None = None
         self._tree_gone = False
-        self._last_discovery = float("-inf")
+        # A served guard's subtree cannot be left: its guard and the server are subreapers,
+        # and the server kills the orphans of a guard killed early. So no /proc walk is
+        # needed before signalling; the escalation and periodic waits still walk it.
+        self._served = process is None
+        self._last_discovery = time.monotonic() if self._served else float("-inf")
         self._terminating: anyio.Event | None = None
         self._terminate_facts: ExitFacts | None = None
         self._terminate_error: BaseException | None = None
@@ -460,7 +464,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
                 _tree.kill_process(self._root)
 
     async def _teardown(self) -> ExitFacts:
-        if self._live_members(discover=True):  # the snapshot, before any signal
+        if self._live_members(discover=not self._served):  # the snapshot, before any signal
             self._send_term()
             if not await self._poll_until_gone(self._spec.grace):
                 while self._live_members(discover=True):
