@@ -269,3 +269,25 @@ async def test_guard_works_when_the_host_has_fds_above_fd_setsize(tmp_path: Path
         for fd in fillers:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_waiters_in_other_tasks_see_the_end_of_a_terminate(
+    tmp_path: Path, guarded: bool
+) -> None:
+    # Several tasks wait (one of them on the status pipe) while another tears down.
+    proc = await spawn(sh("echo ready; sleep 60", tmp_path, host_death_guard=guarded))
+    await _read_line(proc)
+    seen: list[ExitFacts] = []
+
+    async def waiter() -> None:
+        seen.append(await proc.wait())
+        await proc.wait_tree_exit()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(waiter)
+            await anyio.sleep(0.05)  # let the waiters block first
+            facts = await proc.terminate()
+    assert seen == [facts] * 3
+    assert facts == ExitFacts(exit_code=None, signal="SIGTERM")

@@ -424,7 +424,15 @@ class ManagedProcess(anyio.abc.AsyncResource):
         drain, self._stderr_drain = self._stderr_drain, None
         if drain is not None:
             drain.detach()
+        self._close_status_fd()
+
+    def _close_status_fd(self) -> None:
         fd, self._status_fd = self._status_fd, None
+        if fd is None:
+            return
+        # Wakes a task of this loop waiting on it (``wait()`` while another terminates).
+        with contextlib.suppress(RuntimeError):
+            anyio.notify_closing(fd)
         _close_quietly(fd)
 
     # -- teardown -------------------------------------------------------------------
@@ -492,8 +500,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
             drain.detach()
         self._read_status()
         self._status_eof = True
-        fd, self._status_fd = self._status_fd, None
-        _close_quietly(fd)
+        self._close_status_fd()
         self._close_lifeline()
 
 
@@ -528,6 +535,14 @@ async def spawn(
     return await _spawn_process(spec, env, guarded, stderr_observer)
 
 
+def _fd_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
 def _encode_request(spec: SpawnSpec, env: dict[str, str]) -> bytes:
     return marshal.dumps(
         (
@@ -549,8 +564,10 @@ async def _send_request(server: _guard_server.GuardServer, payload: bytes, fds: 
                 if time.monotonic() > deadline:
                     break
                 await anyio.sleep(_SEND_RETRY_SECONDS)  # the server is busy forking
+            except (BrokenPipeError, ConnectionError):
+                break  # the server is gone
             except OSError:
-                break  # the server is gone (EPIPE, ECONNREFUSED…)
+                raise _ServerUnavailable from None  # this request's problem (EMSGSIZE…)
         _guard_server.forget(server)
         if attempt == 2:
             break
@@ -601,8 +618,10 @@ async def _spawn_served(
             child_ends.append(stderr_w)
         elif spec.stderr == "devnull":
             stderr_w = devnull()
-        else:
+        elif _fd_open(2):
             stderr_w = 2  # the host's own stderr, passed through
+        else:
+            stderr_w = devnull()  # a closed fd 2 cannot be sent; /dev/null is the nearest
         status_r, status_w = pipe()
         child_ends.append(status_w)
         os.set_blocking(status_r, False)
