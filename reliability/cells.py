@@ -404,14 +404,6 @@ def _claude_answer(_s: FakeSetup, _p: Profile) -> list[dict[str, Any]]:
     return [{"op": "init"}, {"op": "assistant", "text": ANSWER}, {"op": "result", "result": ANSWER}]
 
 
-CLAUDE_HELD_STDOUT: Final = (
-    "finding: dsh_subagent_claude_code.transport.ManagedCLITransport._read ends the SDK "
-    "stream only at stdout EOF; when the CLI exits while a setsid'd descendant (a tool "
-    "process) holds stdout, the run never settles until the caller disposes it (Codex "
-    "bounds this with _Child.guarded: process exit + grace)"
-)
-
-
 def _claude_cells() -> list[Cell]:
     def then(*steps: Callable[[FakeSetup, Profile], list[dict[str, Any]]]) -> Builder:
         return _claude(lambda s, p: [step for make in steps for step in make(s, p)])
@@ -523,7 +515,6 @@ def _claude_cells() -> list[Cell]:
             completed,
             prelude=_grandchild,
             pidfiles=("grandchild",),
-            xfail=CLAUDE_HELD_STDOUT,
             timeout=5.0,
         ),
         Cell(
@@ -534,7 +525,6 @@ def _claude_cells() -> list[Cell]:
             (Outcome("error", "process", "process-exit", 3),),
             prelude=_grandchild,
             pidfiles=("grandchild",),
-            xfail=CLAUDE_HELD_STDOUT,
             timeout=5.0,
         ),
         Cell(

@@ -25,12 +25,13 @@ from dsh_subagent_claude_code.product import (
     bundled_cli_path,
 )
 from dsh_subagent_claude_code.provider import APPROVAL_DENIED_MESSAGE, ClaudeCodeProvider
-from dsh_subagent_claude_code.transport import ManagedCLITransport
+from dsh_subagent_claude_code.transport import EXIT_DRAIN_GRACE, ManagedCLITransport
 
 __all__ = [
     "APPROVAL_DENIED_MESSAGE",
     "DEFAULT_DISPOSE_GRACE",
     "DEFAULT_PROVIDER_NAME",
+    "EXIT_DRAIN_GRACE",
     "FIXED_CATEGORIES",
     "PERMISSION_MODES",
     "PINNED_CLI_VERSION",

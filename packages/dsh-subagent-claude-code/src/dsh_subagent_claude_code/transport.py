@@ -24,7 +24,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, ProcessError, Transport
 from dsh_subprocess import ExitFacts, ManagedProcess, SpawnSpec, spawn
 
-__all__ = ["ManagedCLITransport", "Spawner"]
+__all__ = ["EXIT_DRAIN_GRACE", "ManagedCLITransport", "Spawner"]
 
 _log = logging.getLogger("dsh_subagent_claude_code")
 
@@ -33,6 +33,15 @@ Spawner = Callable[..., Awaitable[ManagedProcess]]
 
 _MAX_LINE_BYTES: Final = 1024 * 1024
 """The SDK's default message bound (``max_buffer_size``)."""
+
+EXIT_DRAIN_GRACE: Final = 1.0
+"""Seconds the stream keeps reading after the CLI exited while stdout stays open.
+
+The CLI's tool processes may run in their own session and inherit its stdout, so EOF
+can come long after the CLI is gone (or never). Everything the CLI wrote before it
+exited is already in the pipe; this window only has to drain it (the Codex provider
+bounds its app-server the same way).
+"""
 
 
 def _parse_line(line: bytes) -> dict[str, Any] | None:
@@ -54,6 +63,8 @@ class ManagedCLITransport(Transport):
         spec: The spawn specification (argv, cwd, env overlay, grace).
         stderr_observer: Receives every stderr line unchanged (host log forwarding).
         spawner: The spawn function; ``dsh_subprocess.spawn`` in production.
+        exit_drain_grace: Seconds stdout may stay open after the CLI exited before the
+            stream ends anyway (see :data:`EXIT_DRAIN_GRACE`).
     """
 
     def __init__(
@@ -62,8 +73,10 @@ class ManagedCLITransport(Transport):
         *,
         stderr_observer: Callable[[str], None] | None = None,
         spawner: Spawner = spawn,
+        exit_drain_grace: float = EXIT_DRAIN_GRACE,
     ) -> None:
         self._spec = spec
+        self._exit_drain_grace = exit_drain_grace
         self._stderr_observer = stderr_observer
         self._spawner = spawner
         self._process: ManagedProcess | None = None
@@ -117,54 +130,15 @@ class ManagedCLITransport(Transport):
                     await stdin.aclose()
 
     def read_messages(self) -> AsyncIterator[dict[str, Any]]:
-        """Parsed stdout frames; after EOF, a non-zero or signalled exit raises."""
-        return self._read()
+        """Parsed stdout frames; at the end of the stream, a non-zero or signalled exit raises.
 
-    async def _read(self) -> AsyncIterator[dict[str, Any]]:
+        The stream ends at stdout EOF, or :attr:`exit_drain_grace` seconds after the CLI
+        exited while something else (a ``setsid`` tool process) still holds stdout.
+        """
         process, stdout = self._process, self._stdout
         if process is None or stdout is None:
             raise CLIConnectionError("Not connected")
-        pending = bytearray()
-        try:
-            while True:
-                try:
-                    chunk = await stdout.receive()
-                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    break
-                pending += chunk
-                while (newline := pending.find(b"\n")) >= 0:
-                    line = bytes(pending[:newline])
-                    del pending[: newline + 1]
-                    if len(line) > _MAX_LINE_BYTES:
-                        raise CLIJSONDecodeError(
-                            "JSON message exceeded maximum buffer size",
-                            ValueError("message too large"),
-                        )
-                    data = _parse_line(line)
-                    if data is not None:
-                        yield data
-                if len(pending) > _MAX_LINE_BYTES:
-                    raise CLIJSONDecodeError(
-                        "JSON message exceeded maximum buffer size", ValueError("message too large")
-                    )
-        except GeneratorExit:
-            return
-        if pending:
-            # A tail cut off mid-write is unrecoverable; a complete one is still a frame.
-            with suppress(CLIJSONDecodeError):
-                data = _parse_line(bytes(pending))
-                if data is not None:
-                    yield data
-        facts = await process.wait()
-        if facts.exit_code != 0:
-            # Same shape as the SDK transport: the SDK turns it into ResultError after
-            # an error result. The exit code is -<signum> for a signalled exit, as there.
-            code = facts.exit_code
-            if code is None:
-                code = -_signal_number(facts.signal)
-            raise ProcessError(
-                "Command failed", exit_code=code, stderr="Check stderr output for details"
-            )
+        return _StdoutFrames(process, stdout, self._exit_drain_grace)
 
     async def close(self) -> None:
         """End stdin and stop accepting writes; the process is released by :meth:`terminate`."""
@@ -185,6 +159,121 @@ class ManagedCLITransport(Transport):
     def is_ready(self) -> bool:
         """Whether frames can be written."""
         return self._ready
+
+
+class _StdoutFrames:
+    """The parsed frames of one CLI's stdout.
+
+    An explicit iterator rather than an async generator: the SDK's reader task may be
+    cancelled between two frames and never close what it iterated, and an abandoned
+    async generator is a ``ResourceWarning`` under trio. This object holds no resource
+    (the stream belongs to the process, released by :meth:`ManagedCLITransport.terminate`).
+    """
+
+    def __init__(self, process: ManagedProcess, stdout: ByteReceiveStream, grace: float) -> None:
+        self._process = process
+        self._stdout = stdout
+        self._grace = grace
+        self._pending = bytearray()
+        self._drain_deadline: float | None = None
+        self._stdout_ended = False
+        self._finished = False
+
+    def __aiter__(self) -> _StdoutFrames:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        try:
+            return await self._next()
+        except (CLIJSONDecodeError, ProcessError):
+            self._finished = True
+            raise
+
+    async def _next(self) -> dict[str, Any]:
+        while not self._finished:
+            if self._stdout_ended:
+                self._finished = True
+                await self._raise_on_failed_exit()
+                break
+            data = self._buffered_frame()
+            if data is not None:
+                return data
+            chunk = await self._receive()
+            if chunk is not None:
+                self._pending += chunk
+                continue
+            self._stdout_ended = True
+            tail, self._pending = bytes(self._pending), bytearray()
+            if tail:
+                # A tail cut off mid-write is unrecoverable; a complete one is still a frame.
+                with suppress(CLIJSONDecodeError):
+                    data = _parse_line(tail)
+                    if data is not None:
+                        return data
+        raise StopAsyncIteration
+
+    def _buffered_frame(self) -> dict[str, Any] | None:
+        """The next complete frame already read, skipping non-frame lines."""
+        while (newline := self._pending.find(b"\n")) >= 0:
+            line = bytes(self._pending[:newline])
+            del self._pending[: newline + 1]
+            if len(line) > _MAX_LINE_BYTES:
+                raise CLIJSONDecodeError(
+                    "JSON message exceeded maximum buffer size", ValueError("message too large")
+                )
+            data = _parse_line(line)
+            if data is not None:
+                return data
+        if len(self._pending) > _MAX_LINE_BYTES:
+            raise CLIJSONDecodeError(
+                "JSON message exceeded maximum buffer size", ValueError("message too large")
+            )
+        return None
+
+    async def _receive(self) -> bytes | None:
+        """The next chunk, or ``None`` at EOF or once the exit's drain window is over."""
+        if self._drain_deadline is None and self._process.exit_facts is not None:
+            self._drain_deadline = anyio.current_time() + self._grace
+        if self._drain_deadline is not None:
+            with anyio.move_on_after(self._drain_deadline - anyio.current_time()):
+                return await self._receive_or_eof()
+            _log.debug("the CLI exited with its stdout still open; ending the stream")
+            return None
+        received: list[bytes | None] = []
+        async with anyio.create_task_group() as tg:
+
+            async def read() -> None:
+                received.append(await self._receive_or_eof())
+                tg.cancel_scope.cancel()
+
+            async def exited() -> None:
+                await self._process.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(read)
+            tg.start_soon(exited)
+        if received:
+            return received[0]
+        # The CLI exited first (its receive, cancelled, lost nothing): drain what is left.
+        return await self._receive()
+
+    async def _receive_or_eof(self) -> bytes | None:
+        try:
+            return await self._stdout.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return None
+
+    async def _raise_on_failed_exit(self) -> None:
+        facts = await self._process.wait()
+        if facts.exit_code != 0:
+            # Same shape as the SDK transport: the SDK turns it into ResultError after
+            # an error result. The exit code is -<signum> for a signalled exit, as there.
+            code = facts.exit_code
+            if code is None:
+                code = -_signal_number(facts.signal)
+            raise ProcessError(
+                "Command failed", exit_code=code, stderr="Check stderr output for details"
+            )
 
 
 def _signal_number(name: str | None) -> int:
