@@ -287,7 +287,7 @@ async def test_waiters_in_other_tasks_see_the_end_of_a_terminate(
         async with anyio.create_task_group() as tg:
             for _ in range(3):
                 tg.start_soon(waiter)
-            await anyio.sleep(0.05)  # let the waiters block first
+            await anyio.wait_all_tasks_blocked()  # the waiters are blocked first
             facts = await proc.terminate()
     assert seen == [facts] * 3
     assert facts == ExitFacts(exit_code=None, signal="SIGTERM")
