@@ -16,6 +16,7 @@ from dsh_subagent import (
     SubagentErrorCode,
     SubagentResult,
     SubprocessRunHandle,
+    one_shot_task_texts,
     settle_run_result,
 )
 from dsh_subagent.workdir import resolve_child_cwd
@@ -38,22 +39,6 @@ def _start_error(failure: AcpFailure, rollback: AcpFailure | None = None) -> Pro
     if rollback is not None:
         message = f"{message}; {rollback.message()}"
     return ProductStartError(message, rollback_failed=rollback is not None)
-
-
-def _task_texts(request: ResolvedSubagentStartRequest) -> list[str]:
-    """The task's text blocks, kept as separate prompt blocks (the Codex rule and wording)."""
-    blocks = request.prompt
-    if not blocks or any(getattr(block, "type", None) != "text" for block in blocks):
-        raise SubagentError(
-            SubagentErrorCode.INVALID_REQUEST,
-            f"{PREFIX}: the one-shot task must contain only text blocks",
-        )
-    texts = [block.text for block in blocks]
-    if not any(text.strip() for text in texts):
-        raise SubagentError(
-            SubagentErrorCode.INVALID_REQUEST, f"{PREFIX}: the one-shot task must not be empty"
-        )
-    return texts
 
 
 def _require_asyncio() -> None:
@@ -90,7 +75,7 @@ class AcpProvider(OutOfProcessProvider[AcpConfig]):
                 running. The message is the safe line (or the fixed "aborted" text).
         """
         config = self._config
-        texts = _task_texts(request)
+        texts = one_shot_task_texts(PREFIX, request.prompt)
         _require_asyncio()
         cwd = _resolve_cwd(config, request)
         if request.cancel.aborted:

@@ -50,6 +50,7 @@ from dsh_subagent import (
     SubagentResult,
     SubagentRun,
     TextBlock,
+    one_shot_task_texts,
 )
 from dsh_subagent.run_handle import SubprocessRunHandle
 from dsh_subagent.settlement import LocalCancellation, settle_run_result
@@ -116,15 +117,8 @@ class _RunState:
 
 
 def _prompt_text(request: ResolvedSubagentStartRequest) -> str:
-    if not request.prompt:
-        raise SubagentError(SubagentErrorCode.INVALID_REQUEST, f"{PREFIX}: task must not be empty")
-    if any(block.type != "text" for block in request.prompt):
-        raise SubagentError(SubagentErrorCode.INVALID_REQUEST, f"{PREFIX}: task must be text only")
     # Text blocks concatenate with no separator (the seeds' rule for Claude Code).
-    text = "".join(block.text for block in request.prompt)
-    if not text.strip():
-        raise SubagentError(SubagentErrorCode.INVALID_REQUEST, f"{PREFIX}: task must not be blank")
-    return text
+    return "".join(one_shot_task_texts(PREFIX, request.prompt))
 
 
 def _outcome(facts: ExitFacts | None) -> tuple[int | None, str | None]:

@@ -25,11 +25,11 @@ from dsh_subagent import (
     ProductTeardownError,
     ResolvedSubagentStartRequest,
     SubagentError,
-    SubagentErrorCode,
     SubagentResult,
     SubagentRun,
     SubprocessRunHandle,
     format_product_failure,
+    one_shot_task_texts,
     resolve_child_cwd,
     settle_run_result,
 )
@@ -70,21 +70,6 @@ def _with_exit(failure: ProductFailure, facts: ExitFacts | None) -> ProductFailu
 
 def _message(failure: ProductFailure) -> str:
     return f"{PREFIX}: {format_product_failure(failure)}"
-
-
-def _task_texts(request: ResolvedSubagentStartRequest) -> list[str]:
-    blocks = request.prompt
-    if not blocks or any(getattr(block, "type", None) != "text" for block in blocks):
-        raise SubagentError(
-            SubagentErrorCode.INVALID_REQUEST,
-            f"{PREFIX}: the one-shot task must contain only text blocks",
-        )
-    texts = [block.text for block in blocks]
-    if not any(text.strip() for text in texts):
-        raise SubagentError(
-            SubagentErrorCode.INVALID_REQUEST, f"{PREFIX}: the one-shot task must not be empty"
-        )
-    return texts
 
 
 class _ProcessGone(Exception):
@@ -203,7 +188,7 @@ class CodexProvider(OutOfProcessProvider[CodexConfig]):
             raise ProductStartError(
                 _message(ProductFailure(PRODUCT, "initialize", "unknown"))
             ) from exc
-        texts = _task_texts(request)
+        texts = one_shot_task_texts(PREFIX, request.prompt)
         if request.cancel.aborted:
             raise ProductStartError(_ABORTED_BEFORE_STARTUP)
         first = await self._first_start_pass(cwd, request)

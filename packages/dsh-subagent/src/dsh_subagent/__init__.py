@@ -36,6 +36,7 @@ from dsh_subagent.service import (
     check_max_depth,
 )
 from dsh_subagent.settlement import LocalCancellation, settle_run_result
+from dsh_subagent.task import one_shot_task_texts
 from dsh_subagent.types import (
     ABORTED,
     COMPLETED,
@@ -119,6 +120,7 @@ __all__ = [
     "check_max_depth",
     "format_product_failure",
     "limit_diagnostic",
+    "one_shot_task_texts",
     "resolve_child_cwd",
     "settle_run_result",
     "text_of",
