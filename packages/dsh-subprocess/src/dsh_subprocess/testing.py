@@ -45,7 +45,7 @@ def wait_gone(procs: Iterable[psutil.Process], within: float) -> list[psutil.Pro
 
 
 def host_descendants() -> list[psutil.Process]:
-    """Every descendant of this process except its guard server.
+    """Every live descendant of this process except its guard server (zombies are gone).
 
     The trees the server guards are its descendants and are included: only the server
     itself, which outlives every tree, is left out.
@@ -55,7 +55,7 @@ def host_descendants() -> list[psutil.Process]:
         found = psutil.Process().children(recursive=True)
     except psutil.Error:
         return []
-    return [proc for proc in found if proc.pid != server]
+    return [proc for proc in found if proc.pid != server and is_live(proc)]
 
 
 def _is_guard(proc: psutil.Process) -> bool:
