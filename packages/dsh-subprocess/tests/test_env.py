@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
-from dsh_subprocess import SpawnSpec, child_env, is_scrubbed_name, scrubbed_parent_env, spawn
+from dsh_subprocess import (
+    SpawnSpec,
+    check_env_overlay,
+    child_env,
+    is_scrubbed_name,
+    scrubbed_parent_env,
+    spawn,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -154,3 +162,23 @@ async def test_the_guard_adds_nothing_to_the_environment(
             out += chunk
     names = {line.split("=", 1)[0] for line in out.decode().splitlines()}
     assert names == set(child_env({"LANG": "C"}))
+
+
+@pytest.mark.parametrize(
+    ("overlay", "message"),
+    [
+        ({"": "x"}, "env names must be non-empty without '=' or NUL"),
+        ({"A=B": "x"}, "env names must be non-empty without '=' or NUL"),
+        ({"A\0": None}, "env names must be non-empty without '=' or NUL"),
+        ({"A": "x\0y"}, "env values must not contain NUL characters"),
+    ],
+)
+def test_check_env_overlay_refuses_what_the_os_cannot_apply(
+    overlay: dict[str, str | None], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_env_overlay(overlay)
+
+
+def test_check_env_overlay_accepts_deletions_and_unusual_but_legal_names() -> None:
+    check_env_overlay({"GONE": None, "lower.dotted-name": "", "X": "a=b"})

@@ -6,7 +6,7 @@ from typing import Any, Final, Literal
 
 from dsh_subagent import SubagentError
 from dsh_subagent.workdir import assert_positive_finite, validate_configured_cwd
-from dsh_subprocess import MAX_GRACE_SECONDS
+from dsh_subprocess import MAX_GRACE_SECONDS, check_env_overlay
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from dsh_subagent_acp.names import PREFIX
@@ -84,9 +84,10 @@ class AcpConfig(BaseModel):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not name or "=" in name or "\0" in name:
-                raise ValueError("environment names must be non-empty and contain no '=' or NUL")
+        try:
+            check_env_overlay(value)
+        except ValueError as exc:
+            raise ValueError(f"{PREFIX}: {exc}") from None
         return value
 
     # The core's checks raise SubagentError; a ValueError here lets pydantic (and so the

@@ -8,6 +8,7 @@ from typing import Final, Literal
 
 from dsh_subagent import SubagentError
 from dsh_subagent.workdir import validate_configured_cwd
+from dsh_subprocess import check_env_overlay
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
@@ -89,9 +90,10 @@ class ClaudeCodeConfig(BaseModel):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: Mapping[str, str | None]) -> Mapping[str, str | None]:
-        for name in value:
-            if not name or "=" in name or "\0" in name:
-                raise ValueError(f"{PREFIX}: env names must be non-empty without '=' or NUL")
+        try:
+            check_env_overlay(value)
+        except ValueError as exc:
+            raise ValueError(f"{PREFIX}: {exc}") from None
         return dict(value)
 
     @field_validator("cwd")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Final, Literal
 
 from dsh_subagent import SubagentError, assert_positive_finite, validate_configured_cwd
-from dsh_subprocess import MAX_GRACE_SECONDS
+from dsh_subprocess import MAX_GRACE_SECONDS, check_env_overlay
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = ["DEFAULT_DISPOSE_GRACE", "PERMISSION_MODES", "PREFIX", "CodexConfig", "PermissionMode"]
@@ -63,9 +63,10 @@ class CodexConfig(BaseModel):
     @classmethod
     def _check_env_names(cls, value: dict[str, str | None]) -> dict[str, str | None]:
         # The spawn seam refuses these too, but only at start; refuse them at load instead.
-        for name in value:
-            if not name or "=" in name or "\0" in name:
-                raise ValueError(f"{PREFIX}: env names must be non-empty without '=' or NUL")
+        try:
+            check_env_overlay(value)
+        except ValueError as exc:
+            raise ValueError(f"{PREFIX}: {exc}") from None
         return value
 
     @field_validator("cwd")

@@ -18,10 +18,29 @@ import os
 import re
 from collections.abc import Mapping
 
-__all__ = ["child_env", "is_scrubbed_name", "scrubbed_parent_env"]
+__all__ = ["check_env_overlay", "child_env", "is_scrubbed_name", "scrubbed_parent_env"]
 
 _CREDENTIAL_SHAPED = re.compile("KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 _OWN_PREFIX = "DSH_"
+
+
+def check_env_overlay(env: Mapping[str, str | None]) -> None:
+    """Refuse an overlay the OS could not apply, before anything is spawned.
+
+    Configuration models call this at load so a bad name is reported against their
+    ``env`` field instead of failing at the first delegation.
+
+    Args:
+        env: The explicit overlay (``None`` values delete a name).
+
+    Raises:
+        ValueError: A name is empty or contains ``=`` or NUL, or a value contains NUL.
+    """
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name:
+            raise ValueError("env names must be non-empty without '=' or NUL")
+        if value is not None and "\0" in value:
+            raise ValueError("env values must not contain NUL characters")
 
 
 def is_scrubbed_name(name: str) -> bool:

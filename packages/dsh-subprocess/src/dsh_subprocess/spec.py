@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .env import check_env_overlay
+
 __all__ = ["MAX_GRACE_SECONDS", "SpawnSpec", "StderrMode", "StdioMode"]
 
 MAX_GRACE_SECONDS = 2147483.647
@@ -70,11 +72,10 @@ class SpawnSpec(BaseModel):
     @field_validator("env")
     @classmethod
     def _check_env(cls, env: dict[str, str | None]) -> dict[str, str | None]:
-        for name, value in env.items():
-            if not name or "=" in name or "\0" in name:
-                raise ValueError("invalid env: names must be non-empty without '=' or NUL")
-            if value is not None and "\0" in value:
-                raise ValueError("invalid env: values must not contain NUL characters")
+        try:
+            check_env_overlay(env)
+        except ValueError as exc:
+            raise ValueError(f"invalid env: {exc}") from None
         return env
 
     @field_validator("grace", mode="before")
