@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from dsh_subprocess import guard_server_pid
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -50,6 +51,13 @@ def _live_descendants() -> dict[int, psutil.Process]:
     return found
 
 
+def _leftovers(before: set[int]) -> dict[int, psutil.Process]:
+    # dsh_subprocess's per-host guard server is this process's long-lived helper, not a
+    # test's leftover; the product trees it guards are its descendants and still count.
+    server = guard_server_pid()
+    return {p: q for p, q in _live_descendants().items() if p not in before and p != server}
+
+
 def _reap_adopted_zombies() -> None:
     for proc in psutil.Process().children():
         try:
@@ -64,10 +72,10 @@ def no_leftover_processes() -> Iterator[None]:
     before = set(_live_descendants())
     yield
     deadline = time.monotonic() + _LEFTOVER_GRACE_SECONDS
-    leftover = {p: q for p, q in _live_descendants().items() if p not in before}
+    leftover = _leftovers(before)
     while leftover and time.monotonic() < deadline:
         time.sleep(0.02)
-        leftover = {p: q for p, q in _live_descendants().items() if p not in before}
+        leftover = _leftovers(before)
     described = []
     for proc in leftover.values():
         try:

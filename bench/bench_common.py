@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from dsh_subprocess.testing import host_descendants
 
 __all__ = [
     "Comparison",
@@ -193,13 +194,12 @@ def become_subreaper() -> None:
 
 
 def live_descendants() -> dict[int, psutil.Process]:
-    """Every live (non-zombie) descendant of this process."""
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                found[proc.pid] = proc
-    return found
+    """Every live (non-zombie) descendant of this process, less its guard server.
+
+    dsh_subprocess's per-host guard server is the host's long-lived helper, not a
+    survivor; the product trees it guards are its descendants and still count.
+    """
+    return {proc.pid: proc for proc in host_descendants()}
 
 
 def _reap_zombies() -> None:

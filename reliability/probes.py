@@ -11,6 +11,8 @@ from pathlib import Path
 
 import anyio
 import psutil
+from dsh_subprocess import guard_server_pid
+from dsh_subprocess.testing import host_descendants
 
 __all__ = [
     "become_subreaper",
@@ -35,13 +37,12 @@ def become_subreaper() -> None:
 
 
 def live_descendants() -> dict[int, psutil.Process]:
-    """Every live (non-zombie) descendant of this process."""
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                found[proc.pid] = proc
-    return found
+    """Every live (non-zombie) descendant of this process, less its guard server.
+
+    dsh_subprocess's per-host guard server is the host's long-lived helper, not a
+    survivor; the product trees it guards are its descendants and still count.
+    """
+    return {proc.pid: proc for proc in host_descendants()}
 
 
 def reap_adopted_zombies() -> None:
@@ -66,9 +67,19 @@ def open_fds() -> dict[int, str]:
     return found
 
 
+# The host keeps two descriptors per guard server: its end of the request socketpair and
+# the lifeline pipe's write end (dsh_subprocess README, "The guard server").
+_GUARD_SERVER_FDS = 2
+
+
 def fd_count() -> int:
-    """How many descriptors this process holds (``/proc/self/fd``)."""
-    return len(os.listdir("/proc/self/fd"))
+    """How many descriptors this process holds (``/proc/self/fd``), less its guard server's.
+
+    The guard server is started by the first guarded spawn and outlives every run, so the
+    two descriptors the host keeps for it are not a run's leak.
+    """
+    count = len(os.listdir("/proc/self/fd"))
+    return count - _GUARD_SERVER_FDS if guard_server_pid() is not None else count
 
 
 async def wait_fds_back(before: int, within: float = 2.0) -> int:

@@ -4,7 +4,9 @@ The kit cannot ask a provider which processes belong to its run (that would trus
 code under test), so it watches the test process's own descendants: whatever appears
 after a baseline belongs to the run under test. The test process is made a child
 subreaper on Linux, so a grandchild that escapes its process group (``setsid``) is
-re-parented here instead of to init and stays visible.
+re-parented here instead of to init and stays visible. The host's dsh_subprocess guard
+server is the host's long-lived helper, not part of any run, and is left out; the trees
+it guards are its descendants and count.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from dataclasses import dataclass
 
 import psutil
+from dsh_subprocess.testing import host_descendants, product_roots
 
 __all__ = ["ProcessFacts", "ProcessWatch", "make_subreaper"]
 
@@ -44,12 +47,7 @@ class ProcessFacts:
 
 
 def _live_descendants() -> dict[int, psutil.Process]:
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                found[proc.pid] = proc
-    return found
+    return {proc.pid: proc for proc in host_descendants()}
 
 
 def _reap_adopted_zombies() -> None:
@@ -90,8 +88,11 @@ class ProcessWatch:
 
     def facts(self) -> list[ProcessFacts]:
         """Cwd and environment of every live new process (``None`` where unreadable)."""
+        return self._facts(self.alive())
+
+    def _facts(self, procs: list[psutil.Process]) -> list[ProcessFacts]:
         out: list[ProcessFacts] = []
-        for proc in self.alive():
+        for proc in procs:
             try:
                 ppid, name = proc.ppid(), proc.name()
             except psutil.Error:
@@ -110,9 +111,13 @@ class ProcessWatch:
         return out
 
     def roots(self) -> list[ProcessFacts]:
-        """The new processes whose parent is the test process (what the provider spawned)."""
-        me = os.getpid()
-        return [f for f in self.facts() if f.ppid == me]
+        """The new processes the provider spawned: the first non-guard one of each tree.
+
+        A dsh_subprocess guard is plumbing whose cwd and environment are not the
+        product's (a served guard carries the guard server's), so it is skipped.
+        """
+        self.alive()  # remember every new process as seen
+        return self._facts([p for p in product_roots() if p.pid not in self._baseline])
 
     def kill_leftovers(self) -> list[str]:
         """Kill every live new process; returns their descriptions (empty when quiescent).

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
-import psutil
 import pytest
 from acp_harness import make_request, pid_alive, started_run
 from dsh_contract_tests.fixtures.responses import (
@@ -28,6 +27,7 @@ from dsh_contract_tests.fixtures.responses import (
 )
 from dsh_subagent import CancelController
 from dsh_subagent_acp import AcpConfig, AcpProvider, PermissionPolicy
+from dsh_subprocess.testing import host_descendants
 
 INSTALLER = Path(__file__).resolve().parents[3] / "scripts" / "install-acp-agent"
 REGISTRY_UNREACHABLE = 3
@@ -172,7 +172,7 @@ async def test_cancel_mid_turn_settles_aborted_and_leaves_nothing(
                     make_request(tg, cwd=str(workspace), prompt=TASK, controller=controller)
                 )
                 await anyio.to_thread.run_sync(fixture.wait_for_hold)
-                during = {p.pid for p in psutil.Process().children(recursive=True)}
+                during = {p.pid for p in host_descendants()}
                 assert any(pid_alive(pid) for pid in during)
                 controller.cancel()
                 result = await run.result()

@@ -40,6 +40,7 @@ from dsh_subagent import (
     TextBlock,
 )
 from dsh_subagent_codex import CodexConfig, CodexProvider
+from dsh_subprocess.testing import host_descendants
 
 pytestmark = [pytest.mark.anyio, pytest.mark.keyless]
 
@@ -78,7 +79,7 @@ class TreeRss:
     def _run(self) -> None:
         while not self._stop.is_set():
             total = 0
-            for proc in psutil.Process().children(recursive=True):
+            for proc in host_descendants():  # the guard server is not the app-server tree
                 with contextlib.suppress(psutil.Error):  # exited between listing and reading
                     total += proc.memory_info().rss
             self.peak = max(self.peak, total)
@@ -94,9 +95,7 @@ class TreeRss:
 
 
 def _no_descendants() -> bool:
-    return all(
-        p.status() == psutil.STATUS_ZOMBIE for p in psutil.Process().children(recursive=True)
-    )
+    return not host_descendants()
 
 
 async def _delegate(

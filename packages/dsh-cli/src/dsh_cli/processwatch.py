@@ -3,7 +3,9 @@
 A daemon thread samples this process's descendants (recursively) while the watch is
 open. On Linux the process is made a child subreaper first, so a descendant that escapes
 into its own session is re-parented here and stays visible instead of vanishing under
-init. :meth:`ProcessWatch.survivors` lists what is still alive afterwards.
+init. :meth:`ProcessWatch.survivors` lists what is still alive afterwards. The host's
+dsh_subprocess guard server is its long-lived helper, not a product process, and is left
+out; the product trees it guards are its descendants and are watched.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 import psutil
+from dsh_subprocess import guard_server_pid
 
 __all__ = ["ProcessWatch", "SeenProcess", "become_subreaper"]
 
@@ -55,8 +58,9 @@ class ProcessWatch:
             children = psutil.Process().children(recursive=True)
         except psutil.Error:
             return
+        server = guard_server_pid()
         for child in children:
-            if child.pid in self._baseline:
+            if child.pid in self._baseline or child.pid == server:
                 continue
             try:
                 seen = SeenProcess(child.pid, child.name(), child.create_time())

@@ -28,14 +28,12 @@ MAX_REQUEST_BYTES = 200_000  # a larger request (huge argv or env) uses a per-sp
 _SHUTDOWN_WAIT_SECONDS = 2.0
 _AT_EXIT_WAIT_SECONDS = 1.0
 
-enabled = False
+enabled = sys.platform == "linux"
 """Whether guarded spawns go through the server (Linux only).
 
-Off until the workspace's process accounting (the root conftest's leftover check, the
-contract kit's ``ProcessWatch``, reliability and bench survivor counts, dsh-cli's
-``ProcessWatch``) leaves :func:`guard_server_pid` out: the server is a long-lived
-descendant of the host, and those count every descendant. Then it becomes
-``sys.platform == "linux"``. The package tests switch it on.
+Process accounting that counts the host's descendants leaves :func:`guard_server_pid`
+out (see :func:`dsh_subprocess.testing.host_descendants`): the server is a long-lived
+descendant of the host, not a leftover.
 """
 
 
