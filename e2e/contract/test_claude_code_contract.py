@@ -8,20 +8,19 @@ body (``complete`` → the token, ``fail`` → HTTP 500 carrying the planted raw
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
-from dsh_contract_tests import ChildSetup, ProviderContract, ProviderFactory, find_directive
+from dsh_contract_tests import (
+    ChildSetup,
+    MessagesDirectiveRoute,
+    ProviderContract,
+    ProviderFactory,
+)
 from dsh_contract_tests.fixtures.messages import (
-    Behaviour,
-    Hold,
-    HttpError,
     MessagesFixture,
-    RecordedRequest,
-    TextAnswer,
     keyless_claude_home,
 )
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
@@ -34,27 +33,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _text(request: RecordedRequest) -> str:
-    return json.dumps(request.body, ensure_ascii=False)
-
-
-class _DirectiveRoute:
-    """Answers each message request by the kit directive in its body (the fixture's ``route``)."""
-
-    def __init__(self) -> None:
-        self.error_text = "fixture error"
-
-    def __call__(self, request: RecordedRequest) -> Behaviour:
-        directive = find_directive(_text(request))
-        if directive is None:
-            return TextAnswer("ok")
-        if directive.behaviour == "complete":
-            return TextAnswer(directive.token)
-        if directive.behaviour == "fail":
-            return HttpError(500, self.error_text)
-        return Hold()
-
-
 class TestClaudeCodeContract(ProviderContract):
     entry_point_name = "claude-code"
     hold_timeout = 120.0
@@ -63,7 +41,7 @@ class TestClaudeCodeContract(ProviderContract):
 
     @pytest.fixture
     def messages(self) -> Iterator[MessagesFixture]:
-        router = _DirectiveRoute()
+        router = MessagesDirectiveRoute()
         with MessagesFixture(route=router) as fixture:
             self._fixture = fixture
             self._router = router
@@ -85,7 +63,8 @@ class TestClaudeCodeContract(ProviderContract):
         fixture = self._fixture
 
         def held() -> bool:
-            return bool(fixture.holding and any(token in _text(r) for r in fixture.requests()))
+            seen = any(token.encode() in r.raw_body for r in fixture.requests())
+            return bool(fixture.holding and seen)
 
         # Polling: the fixture serves from threads and cannot set an anyio event.
         while not held():  # noqa: ASYNC110

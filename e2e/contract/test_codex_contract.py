@@ -16,14 +16,9 @@ from dsh_contract_tests import (
     ChildSetup,
     ProviderContract,
     ProviderFactory,
-    find_directive,
+    ResponsesDirectiveRoute,
 )
 from dsh_contract_tests.fixtures.responses import (
-    Behaviour,
-    Hold,
-    HttpError,
-    PlainAnswer,
-    RecordedRequest,
     ResponsesFixture,
     codex_keyless_env,
     write_codex_config,
@@ -38,23 +33,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-class _DirectiveRoute:
-    """Answers each model request by the kit directive in its body (the fixture's ``route``)."""
-
-    def __init__(self) -> None:
-        self.error_text = "fixture error"
-
-    def __call__(self, request: RecordedRequest) -> Behaviour:
-        directive = find_directive(request.raw_body.decode("utf-8", "replace"))
-        if directive is None:
-            return PlainAnswer("ok")
-        if directive.behaviour == "complete":
-            return PlainAnswer(directive.token, phase="final_answer")
-        if directive.behaviour == "fail":
-            return HttpError(500, self.error_text)
-        return Hold()
-
-
 class TestCodexContract(ProviderContract):
     entry_point_name = "codex"
     hold_timeout = 90.0
@@ -63,7 +41,7 @@ class TestCodexContract(ProviderContract):
 
     @pytest.fixture
     def responses(self) -> Iterator[ResponsesFixture]:
-        router = _DirectiveRoute()
+        router = ResponsesDirectiveRoute()
         with ResponsesFixture(route=router) as fixture:
             self._fixture = fixture
             self._router = router

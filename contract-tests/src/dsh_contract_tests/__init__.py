@@ -13,6 +13,7 @@ from dsh_contract_tests.contract import (
 from dsh_contract_tests.driver import LifecycleEvent, ServiceDriver, SpyProvider
 from dsh_contract_tests.manifest import REQUIREMENTS, Requirement, requirement
 from dsh_contract_tests.processes import ProcessWatch
+from dsh_contract_tests.routes import MessagesDirectiveRoute, ResponsesDirectiveRoute
 from dsh_contract_tests.scenario import (
     DIRECTIVE_PREFIX,
     ENV_ERROR_TEXT,
@@ -40,12 +41,14 @@ __all__ = [
     "CredentialedProviderContract",
     "Directive",
     "LifecycleEvent",
+    "MessagesDirectiveRoute",
     "PlantedSecrets",
     "ProcessWatch",
     "ProductHome",
     "ProviderContract",
     "ProviderFactory",
     "Requirement",
+    "ResponsesDirectiveRoute",
     "ServiceDriver",
     "SpyProvider",
     "check_no_silent_opt_out",

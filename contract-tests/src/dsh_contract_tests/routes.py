@@ -1,0 +1,60 @@
+"""Loopback-model routes that answer each request by the kit directive in its body.
+
+A product provider's kit subclass points its product at a loopback fixture built with one
+of these as ``route``; the product then completes, fails or holds exactly as the run's
+directive asks (see :mod:`dsh_contract_tests.scenario`), so one fixture serves many
+concurrent runs that behave differently.
+"""
+
+from __future__ import annotations
+
+import json
+
+from dsh_contract_tests.fixtures import messages, responses
+from dsh_contract_tests.scenario import find_directive
+
+__all__ = ["MessagesDirectiveRoute", "ResponsesDirectiveRoute"]
+
+_FIXTURE_ERROR = "fixture error"
+
+
+class ResponsesDirectiveRoute:
+    """``route`` for :class:`~dsh_contract_tests.fixtures.responses.ResponsesFixture`.
+
+    ``complete`` answers the token as the final answer; ``fail`` answers HTTP 500 with
+    :attr:`error_text` (set it to the run's planted raw error); ``hold`` holds; a request
+    without a directive gets a plain ``ok``.
+    """
+
+    def __init__(self) -> None:
+        self.error_text = _FIXTURE_ERROR
+
+    def __call__(self, request: responses.RecordedRequest) -> responses.Behaviour:
+        directive = find_directive(request.raw_body.decode("utf-8", "replace"))
+        if directive is None:
+            return responses.PlainAnswer("ok")
+        if directive.behaviour == "complete":
+            return responses.PlainAnswer(directive.token, phase="final_answer")
+        if directive.behaviour == "fail":
+            return responses.HttpError(500, self.error_text)
+        return responses.Hold()
+
+
+class MessagesDirectiveRoute:
+    """``route`` for :class:`~dsh_contract_tests.fixtures.messages.MessagesFixture`.
+
+    Same behaviours as :class:`ResponsesDirectiveRoute`, as Anthropic Messages answers.
+    """
+
+    def __init__(self) -> None:
+        self.error_text = _FIXTURE_ERROR
+
+    def __call__(self, request: messages.RecordedRequest) -> messages.Behaviour:
+        directive = find_directive(json.dumps(request.body, ensure_ascii=False))
+        if directive is None:
+            return messages.TextAnswer("ok")
+        if directive.behaviour == "complete":
+            return messages.TextAnswer(directive.token)
+        if directive.behaviour == "fail":
+            return messages.HttpError(500, self.error_text)
+        return messages.Hold()

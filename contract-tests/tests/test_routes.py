@@ -1,0 +1,51 @@
+"""The directive routes answer each loopback model request as its run's directive asks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dsh_contract_tests import MessagesDirectiveRoute, ResponsesDirectiveRoute
+from dsh_contract_tests.fixtures import messages, responses
+
+
+def _responses_request(text: str) -> responses.RecordedRequest:
+    body = {"input": [{"role": "user", "content": [{"type": "input_text", "text": text}]}]}
+    raw = json.dumps(body).encode()
+    return responses.RecordedRequest("POST", "/v1/responses", {}, raw, body)
+
+
+def _messages_request(text: str) -> messages.RecordedRequest:
+    body = {"messages": [{"role": "user", "content": text}]}
+    return messages.RecordedRequest("POST", "/v1/messages", "", {}, body, json.dumps(body).encode())
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        (
+            "do it\ndsh-contract/1 complete T-00aa11",
+            responses.PlainAnswer("T-00aa11", phase="final_answer"),
+        ),
+        ("dsh-contract/1 fail T-00aa11", responses.HttpError(500, "planted raw error")),
+        ("dsh-contract/1 hold T-00aa11", responses.Hold()),
+        ("no directive here", responses.PlainAnswer("ok")),
+    ],
+)
+def test_responses_route_follows_the_directive(task: str, expected: responses.Behaviour) -> None:
+    route = ResponsesDirectiveRoute()
+    route.error_text = "planted raw error"
+    assert route(_responses_request(task)) == expected
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        ("dsh-contract/1 complete T-00aa11", messages.TextAnswer("T-00aa11")),
+        ("dsh-contract/1 fail T-00aa11", messages.HttpError(500, "fixture error")),
+        ("dsh-contract/1 hold T-00aa11", messages.Hold()),
+        ("plain", messages.TextAnswer("ok")),
+    ],
+)
+def test_messages_route_follows_the_directive(task: str, expected: messages.Behaviour) -> None:
+    assert MessagesDirectiveRoute()(_messages_request(task)) == expected
