@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import importlib
 import inspect
+import os
 import re
 import sys
 from pathlib import Path
@@ -45,6 +46,8 @@ def _annotation(annotation: object) -> str:
 
 
 def _value(value: object) -> str:
+    if isinstance(value, str) and os.path.isabs(value):
+        return "<absolute path>"  # where the package is installed is not API
     if isinstance(value, (frozenset, set)):
         return "{" + ", ".join(sorted(repr(v) for v in value)) + "}"
     text = repr(value)
