@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from dsh_subagent import SubagentError, assert_positive_finite, validate_configured_cwd
+from typing import Annotated
+
+from dsh_subagent import (
+    SubagentError,
+    assert_positive_finite,
+    configured_cwd,
+    env_overlay,
+)
 from dsh_subprocess import MAX_GRACE_SECONDS
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -26,17 +33,9 @@ class ExampleConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     provider_name: str = Field(default="example", min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
+    env: Annotated[dict[str, str], env_overlay(PREFIX)] = Field(default_factory=dict)
+    cwd: Annotated[str | None, configured_cwd(PREFIX)] = None
     dispose_grace: float = 2.0
-
-    @field_validator("cwd")
-    @classmethod
-    def _check_cwd(cls, value: str | None) -> str | None:
-        try:
-            return validate_configured_cwd(PREFIX, value)
-        except SubagentError as exc:  # pydantic reports ValueErrors with the field name
-            raise ValueError(exc.message) from exc
 
     @field_validator("dispose_grace")
     @classmethod

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
-from dsh_subagent import SubagentError
-from dsh_subagent.workdir import assert_positive_finite, validate_configured_cwd
-from dsh_subprocess import MAX_GRACE_SECONDS, check_env_overlay
+from dsh_subagent import SubagentError, configured_cwd, env_overlay
+from dsh_subagent.workdir import assert_positive_finite
+from dsh_subprocess import MAX_GRACE_SECONDS
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from dsh_subagent_acp.names import PREFIX
@@ -68,8 +68,8 @@ class AcpConfig(BaseModel):
     provider_name: str = Field(default="acp", min_length=1)
     command: str = Field(min_length=1)
     args: tuple[str, ...] = ()
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
+    env: Annotated[dict[str, str], env_overlay(PREFIX)] = Field(default_factory=dict)
+    cwd: Annotated[str | None, configured_cwd(PREFIX)] = None
     permission: PermissionPolicy = "reject"
     dispose_eof_grace: float = DEFAULT_DISPOSE_EOF_GRACE
     dispose_grace: float = DEFAULT_DISPOSE_GRACE
@@ -81,24 +81,8 @@ class AcpConfig(BaseModel):
             raise ValueError("must not be blank")
         return value
 
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        try:
-            check_env_overlay(value)
-        except ValueError as exc:
-            raise ValueError(f"{PREFIX}: {exc}") from None
-        return value
-
     # The core's checks raise SubagentError; a ValueError here lets pydantic (and so the
     # Loader) report the problem against the field that caused it.
-    @field_validator("cwd")
-    @classmethod
-    def _cwd(cls, value: str | None) -> str | None:
-        try:
-            return validate_configured_cwd(PREFIX, value)
-        except SubagentError as exc:
-            raise ValueError(exc.message) from None
 
     @field_validator("dispose_eof_grace", "dispose_grace", mode="before")
     @classmethod

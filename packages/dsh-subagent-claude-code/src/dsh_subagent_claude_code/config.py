@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from dsh_subagent import SubagentError
-from dsh_subagent.workdir import validate_configured_cwd
-from dsh_subprocess import check_env_overlay
+from dsh_subagent import configured_cwd, env_overlay
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
@@ -68,10 +66,10 @@ class ClaudeCodeConfig(BaseModel):
 
     provider_name: str = Field(default=DEFAULT_PROVIDER_NAME, min_length=1)
     model: str | None = Field(default=None, min_length=1)
-    env: Mapping[str, str | None] = Field(default_factory=dict)
+    env: Annotated[Mapping[str, str | None], env_overlay(PREFIX)] = Field(default_factory=dict)
     dispose_grace: float = DEFAULT_DISPOSE_GRACE
     permission_mode: PermissionMode = "dontAsk"
-    cwd: str | None = None
+    cwd: Annotated[str | None, configured_cwd(PREFIX)] = None
 
     @field_validator("dispose_grace", mode="before")
     @classmethod
@@ -86,20 +84,3 @@ class ClaudeCodeConfig(BaseModel):
         if value > MAX_DISPOSE_GRACE:
             raise ValueError(f"{PREFIX}: dispose_grace must be no greater than {MAX_DISPOSE_GRACE}")
         return value
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: Mapping[str, str | None]) -> Mapping[str, str | None]:
-        try:
-            check_env_overlay(value)
-        except ValueError as exc:
-            raise ValueError(f"{PREFIX}: {exc}") from None
-        return dict(value)
-
-    @field_validator("cwd")
-    @classmethod
-    def _usable_cwd(cls, value: str | None) -> str | None:
-        try:
-            return validate_configured_cwd(PREFIX, value)
-        except SubagentError as exc:
-            raise ValueError(exc.message) from exc

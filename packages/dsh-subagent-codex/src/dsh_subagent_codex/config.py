@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from dsh_subagent import SubagentError, assert_positive_finite, validate_configured_cwd
-from dsh_subprocess import MAX_GRACE_SECONDS, check_env_overlay
+from dsh_subagent import (
+    SubagentError,
+    assert_positive_finite,
+    configured_cwd,
+    env_overlay,
+)
+from dsh_subprocess import MAX_GRACE_SECONDS
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = ["DEFAULT_DISPOSE_GRACE", "PERMISSION_MODES", "PREFIX", "CodexConfig", "PermissionMode"]
@@ -43,10 +48,10 @@ class CodexConfig(BaseModel):
 
     provider_name: Annotated[str, Field(min_length=1)] = "codex"
     model: Annotated[str, Field(min_length=1)] | None = None
-    env: dict[str, str | None] = Field(default_factory=dict)
+    env: Annotated[dict[str, str | None], env_overlay(PREFIX)] = Field(default_factory=dict)
     dispose_grace: float = DEFAULT_DISPOSE_GRACE
     permission_mode: PermissionMode = "never"
-    cwd: str | None = None
+    cwd: Annotated[str | None, configured_cwd(PREFIX)] = None
 
     @field_validator("dispose_grace", mode="before")
     @classmethod
@@ -58,21 +63,3 @@ class CodexConfig(BaseModel):
         except SubagentError as exc:  # pydantic names the field only for ValueError
             raise ValueError(exc.message) from None
         return value
-
-    @field_validator("env")
-    @classmethod
-    def _check_env_names(cls, value: dict[str, str | None]) -> dict[str, str | None]:
-        # The spawn seam refuses these too, but only at start; refuse them at load instead.
-        try:
-            check_env_overlay(value)
-        except ValueError as exc:
-            raise ValueError(f"{PREFIX}: {exc}") from None
-        return value
-
-    @field_validator("cwd")
-    @classmethod
-    def _check_cwd(cls, value: str | None) -> str | None:
-        try:
-            return validate_configured_cwd(PREFIX, value)
-        except SubagentError as exc:
-            raise ValueError(exc.message) from None

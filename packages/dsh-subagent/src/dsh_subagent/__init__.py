@@ -1,6 +1,7 @@
 """dsh-subagent: the provider-neutral delegation contract."""
 
 from dsh_subagent.cancel import CancelController, CancelSignal
+from dsh_subagent.config_fields import configured_cwd, env_overlay
 from dsh_subagent.diagnostics import (
     DIAGNOSTIC_TRUNCATED_SUFFIX,
     MAX_SUBAGENT_DIAGNOSTIC_BYTES,
@@ -118,6 +119,8 @@ __all__ = [
     "assert_positive_finite",
     "assert_usable_cwd",
     "check_max_depth",
+    "configured_cwd",
+    "env_overlay",
     "format_product_failure",
     "limit_diagnostic",
     "one_shot_task_texts",
