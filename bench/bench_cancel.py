@@ -24,6 +24,7 @@ from dsh_contract_tests.fixtures.responses import (
     write_codex_config,
 )
 from dsh_subagent import CancelController, SubagentProvider, SubagentService
+from dsh_subagent_acp import DEFAULT_DISPOSE_EOF_GRACE
 
 from bench.bench_claude import claude_cancel_ours, claude_cancel_sdk
 from bench.bench_codex import TASK, codex_home, start_request
@@ -189,7 +190,7 @@ async def run_p3(profile: Profile) -> list[CancelRow]:
                 rows.append(
                     CancelRow(
                         "codex-acp 0.16.0 (ACP)",
-                        "ours, default dispose_eof_grace=6.0",
+                        f"ours, default dispose_eof_grace={DEFAULT_DISPOSE_EOF_GRACE}",
                         settled,
                         gone,
                         True,
