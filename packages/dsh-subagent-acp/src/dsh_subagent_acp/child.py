@@ -77,7 +77,8 @@ class AcpChild:
         self._config = config
         self.proc = proc
         self.client = AcpSessionClient(config.permission)
-        self.transport = NdjsonPipeTransport(proc.stdin, proc.stdout)
+        self._stdout = proc.stdout_until_exit(_EOF_AFTER_EXIT)
+        self.transport = NdjsonPipeTransport(proc.stdin, self._stdout)
         # The session client deliberately lacks the fs/* methods the Client protocol
         # lists: the library router then refuses those requests (method not found).
         self.conn = ClientSideConnection(cast(Client, self.client), self.transport)
@@ -89,37 +90,20 @@ class AcpChild:
     # -- requests ---------------------------------------------------------------------
 
     async def _request(self, stage: Stage, op: Callable[[], Awaitable[T]]) -> T:
-        """Await one request, racing the agent process's exit; failures become facts."""
-        outcome: list[T] = []
-        error: list[BaseException] = []
-        stdout_held = False
-        async with anyio.create_task_group() as tg:
+        """Await one request; failures become facts.
 
-            async def watch_process() -> None:
-                nonlocal stdout_held
-                await self.proc.wait()
-                with anyio.move_on_after(_EOF_AFTER_EXIT):
-                    await self.transport.ended.wait()
-                if not self.transport.ended.is_set():
-                    # A descendant keeps stdout open after the agent died: no EOF will come.
-                    stdout_held = True
-                    tg.cancel_scope.cancel()
-
-            tg.start_soon(watch_process)
-            try:
-                outcome.append(await op())
-            except Exception as exc:
-                error.append(exc)
-            finally:
-                tg.cancel_scope.cancel()
-        if stdout_held:
-            raise AcpFailure(_process_stage(stage), "process-exit", self.proc.exit_facts)
-        if error:
-            raise await self._classify(stage, error[0]) from error[0]
-        if not outcome:  # cancelled from outside; let the caller's cancellation surface
-            await anyio.lowlevel.checkpoint()
-            raise AcpFailure(stage, "unknown")
-        return outcome[0]
+        The wire reads stdout until the agent's exit plus :data:`_EOF_AFTER_EXIT`, so a
+        request still pending when the agent died fails even if a descendant holds stdout.
+        """
+        try:
+            return await op()
+        except Exception as exc:
+            if self._stdout.ended_by_exit:
+                # A descendant keeps stdout open after the agent died: no EOF will come.
+                raise AcpFailure(
+                    _process_stage(stage), "process-exit", self.proc.exit_facts
+                ) from exc
+            raise await self._classify(stage, exc) from exc
 
     async def _classify(self, stage: Stage, exc: BaseException) -> AcpFailure:
         if isinstance(exc, AcpFailure):

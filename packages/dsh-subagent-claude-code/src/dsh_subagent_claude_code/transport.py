@@ -22,7 +22,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, ProcessError, Transport
-from dsh_subprocess import ExitFacts, ManagedProcess, SpawnSpec, spawn
+from dsh_subprocess import ExitFacts, ManagedProcess, SpawnSpec, StdoutUntilExit, spawn
 
 __all__ = ["EXIT_DRAIN_GRACE", "ManagedCLITransport", "Spawner"]
 
@@ -39,8 +39,8 @@ EXIT_DRAIN_GRACE: Final = 1.0
 
 The CLI's tool processes may run in their own session and inherit its stdout, so EOF
 can come long after the CLI is gone (or never). Everything the CLI wrote before it
-exited is already in the pipe; this window only has to drain it (the Codex provider
-bounds its app-server the same way).
+exited is already in the pipe; this window only has to drain it
+(:meth:`dsh_subprocess.ManagedProcess.stdout_until_exit` enforces it).
 """
 
 
@@ -135,10 +135,10 @@ class ManagedCLITransport(Transport):
         The stream ends at stdout EOF, or :attr:`exit_drain_grace` seconds after the CLI
         exited while something else (a ``setsid`` tool process) still holds stdout.
         """
-        process, stdout = self._process, self._stdout
-        if process is None or stdout is None:
+        process = self._process
+        if process is None or self._stdout is None:
             raise CLIConnectionError("Not connected")
-        return _StdoutFrames(process, stdout, self._exit_drain_grace)
+        return _StdoutFrames(process, process.stdout_until_exit(self._exit_drain_grace))
 
     async def close(self) -> None:
         """End stdin and stop accepting writes; the process is released by :meth:`terminate`."""
@@ -170,12 +170,10 @@ class _StdoutFrames:
     (the stream belongs to the process, released by :meth:`ManagedCLITransport.terminate`).
     """
 
-    def __init__(self, process: ManagedProcess, stdout: ByteReceiveStream, grace: float) -> None:
+    def __init__(self, process: ManagedProcess, stdout: StdoutUntilExit) -> None:
         self._process = process
         self._stdout = stdout
-        self._grace = grace
         self._pending = bytearray()
-        self._drain_deadline: float | None = None
         self._stdout_ended = False
         self._finished = False
 
@@ -232,35 +230,13 @@ class _StdoutFrames:
 
     async def _receive(self) -> bytes | None:
         """The next chunk, or ``None`` at EOF or once the exit's drain window is over."""
-        if self._drain_deadline is None and self._process.exit_facts is not None:
-            self._drain_deadline = anyio.current_time() + self._grace
-        if self._drain_deadline is not None:
-            with anyio.move_on_after(self._drain_deadline - anyio.current_time()):
-                return await self._receive_or_eof()
-            _log.debug("the CLI exited with its stdout still open; ending the stream")
-            return None
-        received: list[bytes | None] = []
-        async with anyio.create_task_group() as tg:
-
-            async def read() -> None:
-                received.append(await self._receive_or_eof())
-                tg.cancel_scope.cancel()
-
-            async def exited() -> None:
-                await self._process.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(read)
-            tg.start_soon(exited)
-        if received:
-            return received[0]
-        # The CLI exited first (its receive, cancelled, lost nothing): drain what is left.
-        return await self._receive()
-
-    async def _receive_or_eof(self) -> bytes | None:
         try:
             return await self._stdout.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        except anyio.EndOfStream:
+            if self._stdout.ended_by_exit:
+                _log.debug("the CLI exited with its stdout still open; ending the stream")
+            return None
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return None
 
     async def _raise_on_failed_exit(self) -> None:

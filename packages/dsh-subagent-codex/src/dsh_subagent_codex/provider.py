@@ -77,49 +77,32 @@ class _ProcessGone(Exception):
 
 
 class _Child:
-    """The app-server process and its wire, shared by startup and the published run."""
+    """The app-server process and its wire, shared by startup and the published run.
 
-    def __init__(self, proc: ManagedProcess, rpc: JsonRpcLines, grace: float) -> None:
+    The wire reads :meth:`ManagedProcess.stdout_until_exit`: frames written before the
+    exit still win, and ``grace`` seconds after the exit the output ends even while a
+    descendant holds it open.
+    """
+
+    def __init__(self, proc: ManagedProcess, grace: float) -> None:
+        assert proc.stdin is not None
         self.proc = proc
-        self.rpc = rpc
+        self.stdout = proc.stdout_until_exit(grace)
+        self.rpc = JsonRpcLines(proc.stdin, self.stdout)
         self.grace = grace
 
     async def guarded(self, body: Callable[[], Awaitable[T]]) -> T:
-        """Run ``body`` (which reads the wire) until it finishes or the process is gone.
+        """Run ``body`` (which reads the wire); an output cut short by the exit is named.
 
-        Frames written before the exit still win: after the process exits, the wire
-        gets ``grace`` seconds to reach EOF before the body is abandoned.
+        Raises:
+            _ProcessGone: The app-server exited and its output stayed open past ``grace``.
         """
-        box: list[T] = []
-        errors: list[BaseException] = []
-        gone = False
-
-        async def run_body(scope: anyio.CancelScope) -> None:
-            try:
-                box.append(await body())
-            except Exception as exc:
-                errors.append(exc)
-            scope.cancel()
-
-        async def watch(scope: anyio.CancelScope) -> None:
-            nonlocal gone
-            await self.proc.wait()
-            with anyio.move_on_after(self.grace):
-                await self.rpc.wait_eof()
-                return
-            gone = True
-            scope.cancel()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_body, tg.cancel_scope)
-            tg.start_soon(watch, tg.cancel_scope)
-        if errors:
-            raise errors[0]
-        if box:
-            return box[0]
-        if gone:
-            raise _ProcessGone("app-server exited with its output still open")
-        raise RuntimeError("unreachable: guarded body neither finished nor failed")
+        try:
+            return await body()
+        except CodexTransportClosed as exc:
+            if self.stdout.ended_by_exit:
+                raise _ProcessGone("app-server exited with its output still open") from exc
+            raise
 
     async def exit_facts_after_eof(self) -> ExitFacts | None:
         """The exit facts once the output ended: wait up to ``grace`` for the exit."""
@@ -218,7 +201,7 @@ class CodexProvider(OutOfProcessProvider[CodexConfig]):
             ) from exc
         assert proc.stdin is not None
         assert proc.stdout is not None
-        child = _Child(proc, JsonRpcLines(proc.stdin, proc.stdout), config.dispose_grace)
+        child = _Child(proc, config.dispose_grace)
 
         state = _Startup(first)
         startup = anyio.CancelScope()

@@ -9,6 +9,7 @@ whole-tree exit observation, exit facts and stderr draining.
 from ._guard_server import guard_server_pid, shutdown_guard_server
 from ._hostexit import kill_all_trees_now
 from ._stderr import StderrObserver, forward_to_host_stderr
+from ._until_exit import StdoutUntilExit
 from .env import check_env_overlay, child_env, is_scrubbed_name, scrubbed_parent_env
 from .errors import CwdProblem, DshSubprocessError, InvalidCwdError, SpawnError
 from .facts import ExitFacts, signal_name
@@ -28,6 +29,7 @@ __all__ = [
     "StderrMode",
     "StderrObserver",
     "StdioMode",
+    "StdoutUntilExit",
     "check_env_overlay",
     "child_env",
     "forward_to_host_stderr",

@@ -21,6 +21,7 @@ import psutil
 from . import _guard_server, _hostexit, _tree
 from ._fdstream import FdReceiveStream, FdSendStream
 from ._stderr import StderrDrain, StderrObserver, forward_to_host_stderr
+from ._until_exit import StdoutUntilExit
 from .env import child_env
 from .errors import DshSubprocessError, InvalidCwdError, SpawnError
 from .facts import ExitFacts, signal_name
@@ -172,6 +173,19 @@ class ManagedProcess(anyio.abc.AsyncResource):
     def stdout(self) -> anyio.abc.ByteReceiveStream | None:
         """The product's stdout (``stdout="pipe"`` only)."""
         return self._stdout
+
+    def stdout_until_exit(self, drain: float) -> StdoutUntilExit:
+        """The product's stdout, ending at EOF or ``drain`` seconds after the product exited.
+
+        A descendant in its own session may hold stdout open after the product is gone;
+        this stream still ends (see :class:`StdoutUntilExit`).
+
+        Raises:
+            DshSubprocessError: When stdout is not piped.
+        """
+        if self._stdout is None:
+            raise DshSubprocessError("stdout is not piped")
+        return StdoutUntilExit(self, self._stdout, drain)
 
     @property
     def exit_facts(self) -> ExitFacts | None:
