@@ -93,17 +93,12 @@ class JsonRpcLines:
         self._buffer = bytearray()
         self._write_lock = anyio.Lock()
         self._eof = False
-        self._eof_event = anyio.Event()
         self._closed = False
 
     @property
     def eof(self) -> bool:
         """Whether the server's output has ended."""
         return self._eof
-
-    async def wait_eof(self) -> None:
-        """Wait until the server's output has ended (observed by a reader)."""
-        await self._eof_event.wait()
 
     @property
     def closed(self) -> bool:
@@ -131,7 +126,6 @@ class JsonRpcLines:
                 chunk = await self._receive.receive(_READ_CHUNK)
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 self._eof = True
-                self._eof_event.set()
                 if self._buffer:  # a last frame without its newline still counts
                     self._buffer.extend(b"\n")
                 continue
