@@ -1,7 +1,9 @@
 """Deliberately broken providers: each breaks exactly one contract rule.
 
 They are tests of the kit itself: ``test_broken_providers.py`` runs the kit against each
-one and asserts that the named rule's test, and no other, fails.
+one and asserts that the named rule's test, and no other, fails. The provider runtime
+makes these rules hard to break by accident, so some of them reach past its public hooks
+on purpose.
 """
 
 from __future__ import annotations
@@ -9,12 +11,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Awaitable, Callable
 
 from dsh_example_provider import ExampleConfig, ExampleProvider
-from dsh_example_provider.provider import _Wire
-from dsh_subagent import LocalCancellation, SubagentCapabilities, SubagentResult
-from dsh_subprocess import ManagedProcess, SpawnSpec
+from dsh_subagent import (
+    ProductChild,
+    ResolvedSubagentStartRequest,
+    SubagentCapabilities,
+    SubagentResult,
+    SubagentRun,
+)
+from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver
 
 
 class IgnoresPersona(ExampleProvider):
@@ -26,39 +32,61 @@ class IgnoresPersona(ExampleProvider):
 
 
 class LeaksRawError(ExampleProvider):
-    """Appends the child's raw error text to the safe diagnostic line."""
+    """Copies the child's raw error text into the diagnostic's detail line."""
 
-    def _diagnostic(self, wire: _Wire) -> str:
-        raw = wire.failure.raw if wire.failure is not None else ""
-        return super()._diagnostic(wire) + "\n" + raw
+    async def run(self, child: ProductChild) -> str:
+        await child.send_json({"task": child.task})
+        while True:
+            message = await child.receive_json()
+            if isinstance(message, dict) and message.get("type") == "final":
+                return str(message.get("text", ""))
+            if isinstance(message, dict) and message.get("type") == "error":
+                raise child.fail("child-error", detail=str(message.get("message", "")))
 
 
 class LeavesGrandchild(ExampleProvider):
     """Kills only the direct child on teardown, so its grandchild survives."""
 
-    def _spawn_spec(self, cwd: str) -> SpawnSpec:
-        return super()._spawn_spec(cwd).model_copy(update={"host_death_guard": False})
+    async def spawn(self, spec: SpawnSpec, stderr_observer: StderrObserver) -> ManagedProcess:
+        unguarded = spec.model_copy(update={"host_death_guard": False})
+        return await super().spawn(unguarded, stderr_observer)
 
-    async def _release(self, proc: ManagedProcess) -> None:
-        if proc.stdin is not None:
-            with contextlib.suppress(Exception):
-                await proc.stdin.aclose()
+    async def _release(self, child: ProductChild) -> None:
+        await child.close_stdin()
         with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        await proc.wait()
+            os.kill(child.process.pid, signal.SIGKILL)
+        await child.process.wait()
+
+
+class _RaisingRun:
+    """A published run whose ``result()`` raises instead of settling ``error``."""
+
+    def __init__(self, run: SubagentRun) -> None:
+        self._run = run
+
+    @property
+    def id(self) -> str:
+        return self._run.id
+
+    @property
+    def local_agent(self) -> object | None:
+        return None
+
+    async def result(self) -> SubagentResult:
+        result = await self._run.result()
+        if result.stop_reason == "error":
+            raise RuntimeError("the child failed")
+        return result
+
+    async def dispose(self) -> None:
+        await self._run.dispose()
 
 
 class ResultRaises(ExampleProvider):
     """Lets a failed turn escape from ``result()`` instead of settling ``error``."""
 
-    async def _settle(
-        self,
-        attempt: Callable[[], Awaitable[SubagentResult]],
-        local: LocalCancellation,
-        wire: _Wire,
-        remove: Callable[[], None],
-    ) -> SubagentResult:
-        return await attempt()
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        return _RaisingRun(await super().start(request))
 
 
 BROKEN: dict[str, type[ExampleProvider]] = {

@@ -1,7 +1,15 @@
 """dsh-subagent: the provider-neutral delegation contract."""
 
 from dsh_subagent.cancel import CancelController, CancelSignal
-from dsh_subagent.config_fields import configured_cwd, env_overlay
+from dsh_subagent.config_fields import (
+    DEFAULT_DISPOSE_GRACE,
+    ConfiguredCwd,
+    EnvOverlay,
+    Grace,
+    ProductConfig,
+    configured_cwd,
+    env_overlay,
+)
 from dsh_subagent.diagnostics import (
     DIAGNOSTIC_TRUNCATED_SUFFIX,
     MAX_SUBAGENT_DIAGNOSTIC_BYTES,
@@ -10,8 +18,10 @@ from dsh_subagent.diagnostics import (
     limit_diagnostic,
 )
 from dsh_subagent.errors import (
+    ProductFailureError,
     ProductStartError,
     ProductTeardownError,
+    StartCancelledError,
     SubagentError,
     SubagentErrorCode,
 )
@@ -27,7 +37,17 @@ from dsh_subagent.events import (
     SubagentRunEnded,
     SubagentRunStarted,
 )
+from dsh_subagent.lines import (
+    DEFAULT_MAX_LINE_BYTES,
+    LineReader,
+    LineTooLongError,
+    MalformedLineError,
+    MalformedLinePolicy,
+)
+from dsh_subagent.product import ProductProvider
+from dsh_subagent.product_child import Launch, ProductChild
 from dsh_subagent.provider_base import NamedProviderConfig, OutOfProcessProvider
+from dsh_subagent.publication import publish_run
 from dsh_subagent.run_handle import SubprocessRunHandle
 from dsh_subagent.service import (
     MAX_SAFE_INTEGER,
@@ -71,6 +91,8 @@ from dsh_subagent.workdir import (
 __all__ = [
     "ABORTED",
     "COMPLETED",
+    "DEFAULT_DISPOSE_GRACE",
+    "DEFAULT_MAX_LINE_BYTES",
     "DIAGNOSTIC_TRUNCATED_SUFFIX",
     "ERROR",
     "KNOWN_STOP_REASONS",
@@ -88,18 +110,31 @@ __all__ = [
     "AgentOptions",
     "CancelController",
     "CancelSignal",
+    "ConfiguredCwd",
     "ContentBlock",
+    "EnvOverlay",
+    "Grace",
+    "Launch",
+    "LineReader",
+    "LineTooLongError",
     "LocalCancellation",
+    "MalformedLineError",
+    "MalformedLinePolicy",
     "NamedProviderConfig",
     "OutOfProcessProvider",
     "ParentContext",
+    "ProductChild",
+    "ProductConfig",
     "ProductFailure",
+    "ProductFailureError",
+    "ProductProvider",
     "ProductStartError",
     "ProductTeardownError",
     "ProviderAdded",
     "ProviderRemoved",
     "PublishedRun",
     "ResolvedSubagentStartRequest",
+    "StartCancelledError",
     "SubagentCapabilities",
     "SubagentDescriptor",
     "SubagentError",
@@ -124,6 +159,7 @@ __all__ = [
     "format_product_failure",
     "limit_diagnostic",
     "one_shot_task_texts",
+    "publish_run",
     "resolve_child_cwd",
     "settle_run_result",
     "text_of",

@@ -1,30 +1,114 @@
-"""Field validators shared by provider configuration models.
+"""The configuration every out-of-process provider shares, validated once at load.
 
-The core's checks raise :class:`~dsh_subagent.SubagentError`; pydantic (and so the
-Loader) names the offending field only for a ``ValueError``, so these wrap them::
+A provider's pydantic ``Config`` subclasses :class:`ProductConfig` and adds its own
+product fields; the four common fields and their rules live here, once:
 
-    cwd: Annotated[str | None, configured_cwd(PREFIX)] = None
-    env: Annotated[dict[str, str | None], env_overlay(PREFIX)] = Field(default_factory=dict)
+* ``provider_name`` — the registry name;
+* ``env`` (:data:`EnvOverlay`) — the explicit overlay on the credential-scrubbed parent
+  environment, the only way a scrubbed variable reaches the product;
+* ``cwd`` (:data:`ConfiguredCwd`) — an optional working-directory override;
+* ``dispose_grace`` (:data:`Grace`) — seconds between SIGTERM and SIGKILL at teardown.
+
+pydantic (and so the Loader) names the offending field of a ``ValueError``, so every
+check raises one with a message that says what is wrong with the value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TypeVar
+import math
+from typing import Annotated, Any
 
-from dsh_subprocess import check_env_overlay
-from pydantic import AfterValidator
+from dsh_subprocess import MAX_GRACE_SECONDS, check_env_overlay
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from dsh_subagent.errors import SubagentError
 from dsh_subagent.workdir import validate_configured_cwd
 
-__all__ = ["configured_cwd", "env_overlay"]
+__all__ = [
+    "DEFAULT_DISPOSE_GRACE",
+    "ConfiguredCwd",
+    "EnvOverlay",
+    "Grace",
+    "ProductConfig",
+    "configured_cwd",
+    "env_overlay",
+]
 
-EnvT = TypeVar("EnvT", bound=Mapping[str, str | None])
+DEFAULT_DISPOSE_GRACE = 2.0
+"""Seconds a product gets between SIGTERM and SIGKILL unless its configuration says."""
+
+
+def _check_env(value: dict[str, str | None]) -> dict[str, str | None]:
+    check_env_overlay(value)  # ValueError naming the bad variable
+    return value
+
+
+def _check_cwd(value: str | None) -> str | None:
+    try:
+        return validate_configured_cwd("config", value)
+    except SubagentError as exc:
+        raise ValueError(exc.message.removeprefix("config: ")) from None
+
+
+def _reject_non_number(value: Any) -> Any:
+    # bool is an int to Python; a grace of ``true`` is a typo, not one second.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number of seconds")
+    return value
+
+
+def _check_grace(value: float) -> float:
+    if not (math.isfinite(value) and 0 < value <= MAX_GRACE_SECONDS):
+        raise ValueError(
+            f"must be a positive finite number of seconds no greater than {MAX_GRACE_SECONDS}"
+        )
+    return value
+
+
+EnvOverlay = Annotated[dict[str, str | None], AfterValidator(_check_env)]
+"""Variables layered over the scrubbed parent environment; ``None`` removes one.
+
+Refused at load: an empty name, a name with ``=`` or NUL, a value with NUL.
+"""
+
+ConfiguredCwd = Annotated[str | None, AfterValidator(_check_cwd)]
+"""An optional working-directory override, resolved against the launch directory and
+probed once at load (absolute after resolution, an enterable directory)."""
+
+Grace = Annotated[float, BeforeValidator(_reject_non_number), AfterValidator(_check_grace)]
+"""A termination grace in seconds: positive, finite, at most ``MAX_GRACE_SECONDS``."""
+
+
+class ProductConfig(BaseModel):
+    """Base of every out-of-process provider's configuration (frozen, unknown keys refused).
+
+    Subclass it, give ``provider_name`` your default and add the product's own fields::
+
+        class EchoConfig(ProductConfig):
+            provider_name: str = "echo"
+            model: str | None = None
+
+    Attributes:
+        provider_name: Registry name of this instance.
+        env: Overlay on the credential-scrubbed parent environment (see :data:`EnvOverlay`).
+        cwd: Working-directory override; ``None`` runs the child in the delegating parent
+            session's cwd (see :data:`ConfiguredCwd`).
+        dispose_grace: Seconds between SIGTERM and SIGKILL of the product's process tree.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider_name: str = Field(min_length=1)
+    env: EnvOverlay = Field(default_factory=dict)
+    cwd: ConfiguredCwd = None
+    dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
+
+
+# -- transitional: the per-prefix validators the providers used before ProductConfig ------
 
 
 def configured_cwd(prefix: str) -> AfterValidator:
-    """Validate an optional ``cwd`` override once, at load (see ``validate_configured_cwd``)."""
+    """Validate an optional ``cwd`` override once, at load (prefer :data:`ConfiguredCwd`)."""
 
     def check(value: str | None) -> str | None:
         try:
@@ -36,9 +120,9 @@ def configured_cwd(prefix: str) -> AfterValidator:
 
 
 def env_overlay(prefix: str) -> AfterValidator:
-    """Refuse, at load, an env overlay the OS could not apply (``check_env_overlay``)."""
+    """Refuse, at load, an env overlay the OS could not apply (prefer :data:`EnvOverlay`)."""
 
-    def check(value: EnvT) -> EnvT:
+    def check(value: dict[str, str | None]) -> dict[str, str | None]:
         try:
             check_env_overlay(value)
         except ValueError as exc:

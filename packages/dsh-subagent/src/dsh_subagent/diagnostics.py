@@ -12,6 +12,7 @@ live here so every provider and consumer shares them:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -111,6 +112,18 @@ class ProductFailure:
         _check_fact("signal", self.signal, required=False)
         _check_int("http_status", self.http_status)
         _check_int("exit_code", self.exit_code)
+
+    def with_exit(self, exit_code: int | None, signal: str | None) -> ProductFailure:
+        """These facts with the product process's observed exit merged in.
+
+        The one place exit facts join a failure: observed values replace absent ones and
+        never overwrite facts the failure already carries.
+        """
+        return dataclasses.replace(
+            self,
+            exit_code=self.exit_code if self.exit_code is not None else exit_code,
+            signal=self.signal if self.signal is not None else signal,
+        )
 
 
 def format_product_failure(failure: ProductFailure, permission_fact: str | None = None) -> str:

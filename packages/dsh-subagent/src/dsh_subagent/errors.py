@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dsh_subagent.diagnostics import ProductFailure
 
 __all__ = [
+    "ProductFailureError",
     "ProductStartError",
     "ProductTeardownError",
+    "StartCancelledError",
     "SubagentError",
     "SubagentErrorCode",
 ]
@@ -26,6 +32,8 @@ class SubagentErrorCode(StrEnum):
     """Neither a configured cwd nor a usable parent-session cwd exists."""
     PRODUCT_START_FAILED = "PRODUCT_START_FAILED"
     PRODUCT_TEARDOWN_FAILED = "PRODUCT_TEARDOWN_FAILED"
+    START_CANCELLED = "START_CANCELLED"
+    """The request was cancelled before its run was published; nothing is left running."""
 
 
 class SubagentError(Exception):
@@ -44,16 +52,37 @@ class SubagentError(Exception):
 class ProductStartError(SubagentError):
     """A product provider's ``start()`` failed before publication.
 
-    The message is the fixed safe diagnostic line (seed 000); the original failure stays
-    on ``__cause__``. ``rollback_failed`` is true when undoing the partial start also
-    failed; then the message carries both the startup and the teardown line, and a
-    cancelled background Job still reports ``failed`` so the cleanup failure is not
-    hidden behind ``killed``.
+    The message is the fixed safe diagnostic line (rule ``diagnostic:fixed-line``); the
+    original failure stays on ``__cause__``. ``rollback_failed`` is true when undoing the
+    partial start also failed; then the message carries both the startup and the
+    teardown line, and a cancelled background Job still reports ``failed`` so the
+    cleanup failure is not hidden behind ``killed``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rollback_failed: bool = False,
+        code: SubagentErrorCode = SubagentErrorCode.PRODUCT_START_FAILED,
+    ) -> None:
+        super().__init__(code, message)
+        self.rollback_failed = rollback_failed
+
+
+class StartCancelledError(ProductStartError):
+    """The request's cancel signal fired before the run was published.
+
+    Raised by every provider's ``start()`` for a request aborted before the call or
+    during startup; whatever had started was rolled back to whole-tree exit first. It is
+    a :class:`ProductStartError` (code ``START_CANCELLED``), so code that handles start
+    failures handles it too.
     """
 
     def __init__(self, message: str, *, rollback_failed: bool = False) -> None:
-        super().__init__(SubagentErrorCode.PRODUCT_START_FAILED, message)
-        self.rollback_failed = rollback_failed
+        super().__init__(
+            message, rollback_failed=rollback_failed, code=SubagentErrorCode.START_CANCELLED
+        )
 
 
 class ProductTeardownError(SubagentError):
@@ -61,3 +90,20 @@ class ProductTeardownError(SubagentError):
 
     def __init__(self, message: str) -> None:
         super().__init__(SubagentErrorCode.PRODUCT_TEARDOWN_FAILED, message)
+
+
+class ProductFailureError(Exception):
+    """Raised inside a provider's hooks: the product failed, described by safe facts only.
+
+    The runtime turns it into the run's diagnostic (or a start error's message), merging
+    the product process's exit facts in. The message never holds product text.
+
+    Args:
+        failure: The allowlisted facts (product, stage, category, HTTP status).
+        detail: An optional second safe line, e.g. the provider's permission fact.
+    """
+
+    def __init__(self, failure: ProductFailure, detail: str | None = None) -> None:
+        super().__init__(f"{failure.stage}: {failure.category or 'unknown'}")
+        self.failure = failure
+        self.detail = detail

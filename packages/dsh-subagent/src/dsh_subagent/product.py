@@ -1,0 +1,456 @@
+"""The provider runtime: the delegation lifecycle, once, around a product's own protocol.
+
+:class:`ProductProvider` owns everything that must be right for every product and that
+no product author should write again:
+
+* a request aborted before ``start()`` raises :class:`~dsh_subagent.StartCancelledError`
+  and starts nothing (``settlement:cancel-before-start``); an empty or non-text task is
+  refused before any spawn;
+* the working directory: the configured override, else the parent session's cwd, else
+  the loud "no working directory" failure (``cwd:*``), and never a path in a message;
+* the spawn through dsh-subprocess with the configured env overlay and grace, stderr
+  logged line by line on the ``dsh.product.<product>`` logger and never parsed;
+* startup under a cancel scope tied to the request; on any failure or cancellation a
+  shielded rollback to whole-tree exit, then one start error with the fixed safe line;
+* publication, local cancellation, settlement that never raises, the bounded diagnostic
+  with the product's exit facts merged in (``diagnostic:*``);
+* ``interrupt()`` at most once when a run is stopped early, then a memoized teardown to
+  whole-tree exit (``quiescence:*``).
+
+A provider supplies only its product: :meth:`~ProductProvider.launch`,
+:meth:`~ProductProvider.open` (the handshake), :meth:`~ProductProvider.run` (the task to a
+result) and optionally :meth:`~ProductProvider.interrupt`. See docs/providers.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, ClassVar, Final, Generic, NoReturn, TypeVar
+
+import anyio
+from dsh_subprocess import ManagedProcess, SpawnError, SpawnSpec, StderrObserver, spawn
+
+from dsh_subagent.config_fields import ProductConfig
+from dsh_subagent.diagnostics import ProductFailure, format_product_failure
+from dsh_subagent.errors import (
+    ProductFailureError,
+    ProductStartError,
+    ProductTeardownError,
+    StartCancelledError,
+    SubagentError,
+    SubagentErrorCode,
+)
+from dsh_subagent.lines import (
+    DEFAULT_MAX_LINE_BYTES,
+    LineTooLongError,
+    MalformedLineError,
+    MalformedLinePolicy,
+)
+from dsh_subagent.product_child import Launch, ProductChild
+from dsh_subagent.provider_base import OutOfProcessProvider
+from dsh_subagent.publication import publish_run
+from dsh_subagent.task import one_shot_task_texts
+from dsh_subagent.types import (
+    COMPLETED,
+    ResolvedSubagentStartRequest,
+    SubagentResult,
+    SubagentRun,
+    TextBlock,
+)
+from dsh_subagent.workdir import assert_usable_cwd
+
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+__all__ = ["ProductProvider"]
+
+ConfigT = TypeVar("ConfigT", bound=ProductConfig)
+
+_log = logging.getLogger("dsh_subagent")
+
+# Failures the wire itself reports, mapped to their safe category.
+_EXITED: Final = (anyio.EndOfStream, anyio.BrokenResourceError)
+
+
+def _slug(product: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", product.lower()).strip("-")
+
+
+class _Cancelled(Exception):
+    """Local marker: the request's cancel signal fired during startup."""
+
+
+class _Once:
+    """An async action run at most once; later callers wait for the first run."""
+
+    def __init__(self, action: Callable[[], Awaitable[None]]) -> None:
+        self._action = action
+        self._done: anyio.Event | None = None
+
+    async def __call__(self) -> None:
+        if self._done is not None:
+            await self._done.wait()
+            return
+        self._done = anyio.Event()
+        try:
+            await self._action()
+        finally:
+            self._done.set()
+
+
+class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
+    """Base of a provider that runs one product process per delegation.
+
+    Subclass it with a :class:`~dsh_subagent.ProductConfig` subclass and implement the
+    product's protocol in the hooks; the base runs the lifecycle around them::
+
+        class EchoProvider(ProductProvider[EchoConfig]):
+            Config = EchoConfig
+            product = "Echo"
+
+            def launch(self, cwd: str) -> Launch:
+                return Launch(argv=(sys.executable, "-m", "echo_agent"))
+
+            async def run(self, child: ProductChild) -> str:
+                await child.send_json({"task": child.task})
+                reply = await child.receive_json()
+                ...
+
+    Class attributes:
+        product: Display name in every diagnostic line (``product: <product>``).
+        open_stage / run_stage: The stage names of the two phases (diagnostics).
+        max_line_bytes: The longest stdout line accepted (the bounded line reader).
+        malformed_lines: ``"skip"`` or ``"fail"`` for a stdout line that is not JSON.
+    """
+
+    product: ClassVar[str]
+    open_stage: ClassVar[str] = "initialize"
+    run_stage: ClassVar[str] = "turn"
+    max_line_bytes: ClassVar[int] = DEFAULT_MAX_LINE_BYTES
+    malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
+
+    # -- the hooks a provider implements -----------------------------------------------
+
+    def launch(self, cwd: str) -> Launch:
+        """How to start the product in ``cwd``: argv and product-specific env. No I/O.
+
+        An exception here fails the start at stage ``launch``; nothing was spawned.
+        """
+        raise NotImplementedError
+
+    async def open(self, child: ProductChild) -> None:
+        """The handshake, before the run is published (stage ``open_stage``).
+
+        Cancelled when the request's cancel signal fires; the runtime then rolls the
+        child back and raises :class:`~dsh_subagent.StartCancelledError`. Raise
+        ``child.fail(...)`` for a product failure; the end of stdout is reported as the
+        product's exit. The default does nothing (a product with no handshake).
+        """
+
+    async def run(self, child: ProductChild) -> SubagentResult | str:
+        """Drive the task to the product's answer (stage ``run_stage``).
+
+        Return the answer text (the run completes with it) or a full
+        :class:`~dsh_subagent.SubagentResult` (``max-tokens``, ``refusal``, ...). Raise
+        ``child.fail(...)`` for a product failure; any other exception settles ``error``
+        with category ``unknown``. Append assistant text to ``child.output`` as it
+        arrives so a cancelled or failed run keeps it as partial output. Cancelled at
+        once when the run is cancelled locally.
+        """
+        raise NotImplementedError
+
+    async def interrupt(self, child: ProductChild) -> None:
+        """Ask the product to stop a run that is being cancelled (optional).
+
+        Called at most once per run, shielded and bounded by ``dispose_grace``, after a
+        cancelled run settled ``aborted`` or before the teardown of a run that had not
+        finished. The process tree is terminated afterwards whatever happens here.
+        """
+
+    def admission(self, cwd: str) -> AbstractAsyncContextManager[object] | None:
+        """An optional gate entered before the spawn and left once ``open()`` succeeded or
+        the failed start was rolled back (e.g. one first start per product home at a time).
+
+        Entering it is cancelled by the request's cancel signal. What it yields is
+        :attr:`ProductChild.admission`.
+        """
+        return None
+
+    async def spawn(self, spec: SpawnSpec, stderr_observer: StderrObserver) -> ManagedProcess:
+        """Start ``spec`` (a seam for tests; the default is :func:`dsh_subprocess.spawn`)."""
+        return await spawn(spec, stderr_observer=stderr_observer)
+
+    # -- naming -------------------------------------------------------------------------
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of this provider's messages, ``subagent-<product>``."""
+        return f"subagent-{_slug(self.product)}"
+
+    def _line(self, failure: ProductFailure, detail: str | None = None) -> str:
+        return f"{self.prefix}: {format_product_failure(failure, detail)}"
+
+    # -- start --------------------------------------------------------------------------
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        """Start the product, run its handshake and publish the run.
+
+        Raises:
+            StartCancelledError: The request was aborted before or during startup;
+                whatever had started was rolled back to whole-tree exit.
+            SubagentError: ``INVALID_REQUEST`` for an empty, non-text or blank task;
+                ``NO_WORKING_DIRECTORY`` when no usable cwd exists. Nothing started.
+            ProductStartError: Startup failed; everything started was rolled back. The
+                message is the fixed safe line; the cause stays on ``__cause__``.
+        """
+        if request.cancel.aborted:
+            raise StartCancelledError(self._cancelled_message())
+        texts = one_shot_task_texts(self.prefix, request.prompt)
+        cwd = self._resolve_cwd(request)
+        try:
+            launch = self.launch(cwd)
+            spec = SpawnSpec(
+                argv=tuple(launch.argv),
+                cwd=cwd,
+                env={**launch.env, **self.config.env},
+                stdin="pipe",
+                stdout="pipe",
+                stderr="pipe",
+                grace=self.config.dispose_grace,
+            )
+        except Exception as exc:
+            raise ProductStartError(
+                self._line(ProductFailure(self.product, "launch", "unknown"))
+            ) from exc
+        run_id = str(uuid.uuid4())
+        child = await self._start_child(request, spec, cwd, run_id, texts)
+        return self._publish(request, child)
+
+    def _cancelled_message(self) -> str:
+        return f"{self.prefix}: the request was cancelled before the run was published"
+
+    def _resolve_cwd(self, request: ResolvedSubagentStartRequest) -> str:
+        if self.config.cwd is not None:
+            return self.config.cwd
+        parent = request.parent.cwd
+        if parent is None:
+            raise SubagentError(
+                SubagentErrorCode.NO_WORKING_DIRECTORY,
+                f"{self.prefix}: no working directory for the child — configure `cwd` or "
+                "delegate from a parent session that has one",
+            )
+        try:
+            return assert_usable_cwd(self.prefix, "parent session cwd", parent)
+        except SubagentError as exc:
+            # The probe's message names the path: keep it on the cause chain only.
+            raise SubagentError(
+                SubagentErrorCode.NO_WORKING_DIRECTORY,
+                f"{self.prefix}: the parent session cwd is not an absolute, accessible directory",
+            ) from exc
+
+    def _stderr_logger(self, run_id: str) -> StderrObserver:
+        logger = logging.getLogger(f"dsh.product.{_slug(self.product)}")
+        extra = {"provider": self.name, "run_id": run_id}
+
+        def observe(line: str) -> None:
+            # The line is the message, unchanged and never parsed (no %-formatting: no args).
+            logger.info(line, extra=extra)
+
+        return observe
+
+    async def _start_child(
+        self,
+        request: ResolvedSubagentStartRequest,
+        spec: SpawnSpec,
+        cwd: str,
+        run_id: str,
+        texts: list[str],
+    ) -> ProductChild:
+        startup = anyio.CancelScope()
+        remove = request.cancel.add_listener(lambda _reason: startup.cancel())
+        gate = contextlib.AsyncExitStack()
+        child: ProductChild | None = None
+        try:
+            try:
+                with startup:
+                    manager = self.admission(cwd)
+                    admission = None
+                    if manager is not None:
+                        admission = await gate.enter_async_context(manager)
+                    if request.cancel.aborted:
+                        raise _Cancelled
+                    with anyio.CancelScope(shield=True):  # a spawn is quick and atomic
+                        process = await self._spawn(spec, run_id)
+                    child = ProductChild(
+                        product=self.product,
+                        process=process,
+                        cwd=cwd,
+                        run_id=run_id,
+                        task_texts=texts,
+                        stage=self.open_stage,
+                        grace=self.config.dispose_grace,
+                        max_line_bytes=self.max_line_bytes,
+                        malformed=self.malformed_lines,
+                        admission=admission,
+                    )
+                    await self.open(child)
+                if startup.cancelled_caught or request.cancel.aborted:
+                    raise _Cancelled
+            except BaseException as exc:
+                await self._roll_back(child, exc, request)
+        finally:
+            remove()
+            with anyio.CancelScope(shield=True):
+                await gate.aclose()
+        assert child is not None
+        return child
+
+    async def _spawn(self, spec: SpawnSpec, run_id: str) -> ManagedProcess:
+        try:
+            return await self.spawn(spec, self._stderr_logger(run_id))
+        except (SpawnError, OSError) as exc:
+            failure = ProductFailure(self.product, "spawn", "spawn-failed")
+            raise ProductFailureError(failure) from exc
+
+    async def _roll_back(
+        self,
+        child: ProductChild | None,
+        error: BaseException,
+        request: ResolvedSubagentStartRequest,
+    ) -> NoReturn:
+        cancelled = isinstance(error, _Cancelled) or (
+            isinstance(error, Exception) and request.cancel.aborted
+        )
+        with anyio.CancelScope(shield=True):
+            line = None
+            if isinstance(error, Exception) and not cancelled:
+                failure, detail = await self._failure_of(child, error, publishing=False)
+                line = self._line(failure, detail)
+            if child is not None:
+                try:
+                    await self._release(child)
+                except Exception as teardown_exc:
+                    teardown = self._teardown_line(child)
+                    first = self._cancelled_message() if cancelled or line is None else line
+                    kind = StartCancelledError if cancelled else ProductStartError
+                    raise kind(f"{first}; {teardown}", rollback_failed=True) from (
+                        BaseExceptionGroup("startup and rollback failed", [error, teardown_exc])
+                    )
+        if not isinstance(error, Exception):
+            raise error  # the caller's own cancellation propagates after the rollback
+        if cancelled:
+            raise StartCancelledError(self._cancelled_message()) from error
+        assert line is not None
+        raise ProductStartError(line) from error
+
+    async def _failure_of(
+        self, child: ProductChild | None, error: Exception, *, publishing: bool
+    ) -> tuple[ProductFailure, str | None]:
+        """The safe facts of ``error`` with the product's exit facts merged in."""
+        stage = child.stage if child is not None else "spawn"
+        detail = None
+        if isinstance(error, ProductFailureError):
+            failure, detail = error.failure, error.detail
+        elif isinstance(error, _EXITED):
+            # The product's stdout ended (or its stdin broke): the product exited.
+            failure = ProductFailure(
+                self.product, "process" if publishing else stage, "process-exit"
+            )
+        elif isinstance(error, LineTooLongError):
+            failure = ProductFailure(self.product, stage, "line-too-long")
+        elif isinstance(error, MalformedLineError):
+            failure = ProductFailure(self.product, stage, "malformed-output")
+        else:
+            failure = ProductFailure(self.product, stage, "unknown")
+        if child is not None:
+            facts = await child.exit_facts_after_eof()
+            if facts is not None:
+                failure = failure.with_exit(facts.exit_code, facts.signal)
+        return failure, detail
+
+    # -- the published run --------------------------------------------------------------
+
+    def _publish(self, request: ResolvedSubagentStartRequest, child: ProductChild) -> SubagentRun:
+        state = _RunState()
+
+        async def attempt() -> SubagentResult:
+            child.stage = self.run_stage
+            try:
+                outcome = await self.run(child)
+            except Exception as exc:
+                state.failure = await self._failure_of(child, exc, publishing=True)
+                raise
+            state.finished = True
+            if isinstance(outcome, str):
+                return SubagentResult(output=(TextBlock(text=outcome),), stop_reason=COMPLETED)
+            return outcome
+
+        def diagnostic() -> str | None:
+            failure, detail = state.failure or (
+                ProductFailure(self.product, child.stage, "unknown"),
+                None,
+            )
+            return format_product_failure(failure, detail)
+
+        def on_error(error: Exception, stop_reason: str) -> None:
+            _log.warning(
+                '%s "%s": run %s failed (%s): %s',
+                self.prefix,
+                self.name,
+                child.run_id,
+                stop_reason,
+                diagnostic(),
+            )
+
+        interrupt = _Once(lambda: self._interrupt_bounded(child))
+
+        async def teardown() -> None:
+            if not state.finished:
+                await interrupt()
+            try:
+                await self._release(child)
+            except Exception as exc:
+                raise ProductTeardownError(self._teardown_line(child)) from exc
+
+        return publish_run(
+            request,
+            attempt=attempt,
+            teardown=teardown,
+            collect_output=lambda: tuple(child.output),
+            collect_diagnostic=diagnostic,
+            on_error=on_error,
+            after_cancel=interrupt,
+            run_id=child.run_id,
+        )
+
+    async def _interrupt_bounded(self, child: ProductChild) -> None:
+        with anyio.move_on_after(self.config.dispose_grace):
+            try:
+                await self.interrupt(child)
+            except Exception:
+                _log.debug("%s: interrupt raised; the tree is terminated anyway", self.prefix)
+
+    def _teardown_line(self, child: ProductChild) -> str:
+        return f"{self.prefix}: " + child.failure_line(
+            ProductFailure(self.product, "teardown", "unknown")
+        )
+
+    async def _release(self, child: ProductChild) -> None:
+        """End stdin, terminate the whole tree and wait until none of it is alive."""
+        try:
+            await child.close_stdin()
+            await child.process.terminate()
+        finally:
+            child.process.detach_stderr_observer()
+
+
+class _RunState:
+    __slots__ = ("failure", "finished")
+
+    def __init__(self) -> None:
+        self.failure: tuple[ProductFailure, str | None] | None = None
+        self.finished = False

@@ -1,0 +1,170 @@
+"""What a product provider's hooks are handed: one run's product process and its wire."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+from dsh_subprocess import ExitFacts, ManagedProcess
+
+from dsh_subagent.diagnostics import ProductFailure, format_product_failure
+from dsh_subagent.errors import ProductFailureError
+from dsh_subagent.lines import LineReader, MalformedLinePolicy
+from dsh_subagent.types import ContentBlock
+
+__all__ = ["Launch", "ProductChild"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start the product for one run; built by ``launch()`` without any I/O.
+
+    Attributes:
+        argv: The program and its arguments (never shell-interpreted). Use an absolute
+            path: a bare name is looked up on the child's ``PATH``.
+        env: Product-specific variables. The instance's configured ``env`` overlay is
+            layered on top of them (the user's explicit configuration wins), over the
+            credential-scrubbed parent environment.
+    """
+
+    argv: Sequence[str]
+    env: Mapping[str, str | None] = field(default_factory=dict)
+
+
+class ProductChild:
+    """One run's product process, its line wire and its failure facts.
+
+    Built by :class:`~dsh_subagent.ProductProvider` after the spawn and passed to every
+    hook. Read lines with :attr:`lines` (or :meth:`receive_json`), write with
+    :meth:`send` / :meth:`send_json`; raise :meth:`fail` for a product failure.
+
+    Attributes:
+        process: The managed product process (its tree is the runtime's to end).
+        cwd: The working directory the product runs in.
+        run_id: The run's id (also on every product stderr log record).
+        task_texts: The task's text blocks, in order (non-empty, not blank).
+        stage: The stage a failure belongs to unless it names its own; the runtime sets
+            ``open_stage`` before ``open()`` and ``run_stage`` before ``run()``, and a
+            hook may refine it (e.g. ``"thread-start"``).
+        output: Assistant output so far; an ``aborted`` or ``error`` result carries it as
+            partial output, so append to it as the product answers.
+        lines: The bounded line reader over the product's stdout.
+        admission: What the provider's ``admission()`` context yielded, else ``None``.
+    """
+
+    def __init__(
+        self,
+        *,
+        product: str,
+        process: ManagedProcess,
+        cwd: str,
+        run_id: str,
+        task_texts: Sequence[str],
+        stage: str,
+        grace: float,
+        max_line_bytes: int,
+        malformed: MalformedLinePolicy,
+        admission: object = None,
+    ) -> None:
+        self._product = product
+        self.process = process
+        self.cwd = cwd
+        self.run_id = run_id
+        self.task_texts: tuple[str, ...] = tuple(task_texts)
+        self.stage = stage
+        self.output: list[ContentBlock] = []
+        self.admission = admission
+        self._grace = grace
+        self.lines = LineReader(
+            process.stdout_until_exit(grace) if process.stdout is not None else _NoStdout(),
+            max_line_bytes=max_line_bytes,
+            malformed=malformed,
+        )
+
+    @property
+    def task(self) -> str:
+        """The task's text blocks concatenated with no separator."""
+        return "".join(self.task_texts)
+
+    @property
+    def exit_facts(self) -> ExitFacts | None:
+        """How the product process ended, or ``None`` while it runs."""
+        return self.process.exit_facts
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` to the product's stdin.
+
+        Raises:
+            anyio.BrokenResourceError: The product closed its stdin (it is exiting).
+        """
+        stdin = self.process.stdin
+        if stdin is None:
+            raise anyio.ClosedResourceError
+        await stdin.send(data)
+
+    async def send_json(self, message: Any) -> None:
+        """Write ``message`` as one JSON line."""
+        await self.send(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+    async def receive_json(self) -> object:
+        """The next JSON value from stdout, under the provider's malformed-line policy."""
+        return await self.lines.receive_json()
+
+    async def close_stdin(self) -> None:
+        """End the product's stdin (many products exit at EOF). Never raises."""
+        stdin = self.process.stdin
+        if stdin is not None:
+            with contextlib.suppress(Exception):  # a broken pipe is already closed
+                await stdin.aclose()
+
+    def fail(
+        self,
+        category: str,
+        *,
+        stage: str | None = None,
+        http_status: int | None = None,
+        detail: str | None = None,
+    ) -> ProductFailureError:
+        """A :class:`~dsh_subagent.ProductFailureError` for this product, to ``raise``.
+
+        Args:
+            category: The product's structured category (a short token, never raw
+                product text), e.g. ``"handshake"`` or ``"rateLimitExceeded"``.
+            stage: The stage; defaults to :attr:`stage`.
+            http_status: The HTTP status the product reported, if any.
+            detail: A second safe line for the diagnostic (e.g. a permission fact).
+        """
+        failure = ProductFailure(
+            self._product, stage or self.stage, category, http_status=http_status
+        )
+        return ProductFailureError(failure, detail)
+
+    def failure_line(self, failure: ProductFailure, detail: str | None = None) -> str:
+        """The fixed safe line of ``failure`` with the exit facts observed so far merged in."""
+        facts = self.process.exit_facts
+        if facts is not None:
+            failure = failure.with_exit(facts.exit_code, facts.signal)
+        return format_product_failure(failure, detail)
+
+    async def exit_facts_after_eof(self) -> ExitFacts | None:
+        """The exit facts once stdout ended: waits up to the grace for the exit."""
+        facts = self.process.exit_facts
+        if facts is None and self.lines.eof:
+            with anyio.move_on_after(self._grace):
+                facts = await self.process.wait()
+        return facts
+
+
+class _NoStdout(anyio.abc.ByteReceiveStream):
+    """Stands in for a product whose stdout is not piped: it is at EOF at once."""
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        raise anyio.EndOfStream
+
+    async def aclose(self) -> None:
+        return None
