@@ -1,9 +1,10 @@
-"""Test doubles other distributions reuse: a scripted provider built on the OOP recipe.
+"""Test doubles other distributions reuse: a scripted provider on the shared runtime.
 
-:class:`ScriptedProvider` starts no process. It follows the same recipe a product
-provider does (setup in the caller's task → :class:`SubprocessRunHandle` → driver in
-``request.task_group`` → :func:`settle_run_result`), so Jobs, the subagent tool and the
-contract kit exercise real settlement, cancellation and disposal rules.
+:class:`ScriptedProvider` starts no process. It publishes through the same
+:func:`~dsh_subagent.publish_run` the product runtime uses (setup in the caller's task,
+then the driver in ``request.task_group`` with never-raising settlement), so Jobs, the
+subagent tool and the contract kit exercise the real settlement, cancellation and
+disposal rules.
 
 Each ``start()`` consumes the next :class:`Script` (the last one repeats). Gates are
 ``anyio.Event`` objects the test creates and passes in a script, so a test can hold a
@@ -12,14 +13,15 @@ start before publication or a run before settlement and release it when it wants
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import anyio
 from pydantic import JsonValue
 
+from dsh_subagent.errors import StartCancelledError
+from dsh_subagent.publication import publish_run
 from dsh_subagent.run_handle import SubprocessRunHandle
-from dsh_subagent.settlement import LocalCancellation, settle_run_result
 from dsh_subagent.types import (
     COMPLETED,
     NO_START_CAPABILITIES,
@@ -31,14 +33,7 @@ from dsh_subagent.types import (
     TextBlock,
 )
 
-__all__ = ["RunRecord", "Script", "ScriptedProvider", "StartAbortedError"]
-
-
-_SettleFn = Callable[[], Awaitable[SubagentResult]]
-
-
-class StartAbortedError(Exception):
-    """Raised by a held scripted ``start()`` whose request was cancelled before publication."""
+__all__ = ["RunRecord", "Script", "ScriptedProvider"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +49,8 @@ class Script:
         start_error: ``start()`` raises this before publication (nothing published).
         attempt_error: The attempt raises this; the run settles ``error``.
         error_diagnostic: Diagnostic collected when the attempt fails.
-        result_error: ``result()`` raises this (an infrastructure fault).
+        result_error: ``result()`` raises this (an infrastructure fault). This breaks
+            ``settlement:result-never-raises`` on purpose, to test consumers.
         dispose_error: The teardown raises this (``dispose()`` re-raises it).
         hold_start: ``start()`` waits for this event (or aborts on cancellation).
         hold_result: The attempt waits for this event (or is cancelled locally).
@@ -86,7 +82,11 @@ class Script:
 
 @dataclass
 class RunRecord:
-    """What the provider observed for one ``start()`` call."""
+    """What the provider observed for one ``start()`` call.
+
+    ``cancel_requests`` counts the local cancel requests ``dispose()`` made (one per
+    teardown: dispose always cancels locally before it tears down).
+    """
 
     request: ResolvedSubagentStartRequest
     script: Script
@@ -193,35 +193,18 @@ class ScriptedProvider(SubagentProvider):
         if script.hold_start is not None:
             await _wait_or_cancelled(script.hold_start, request)
         if request.cancel.aborted:
-            raise StartAbortedError("scripted start aborted before publication")
+            raise StartCancelledError(
+                "scripted: the request was cancelled before the run was published"
+            )
         if script.start_error is not None:
             raise script.start_error
 
-        local = LocalCancellation()
-
-        def on_cancel(reason: str) -> None:
-            record.cancel_reasons.append(reason)
-            local.request_cancel(reason)
-
-        remove = request.cancel.add_listener(on_cancel)
-
-        def request_cancel() -> None:
-            record.cancel_requests += 1
-            local.request_cancel()
-
         async def teardown() -> None:
             record.teardowns += 1
+            record.cancel_requests += 1
             await anyio.lowlevel.checkpoint()
             if script.dispose_error is not None:
                 raise script.dispose_error
-
-        handle = SubprocessRunHandle(
-            request_cancel=request_cancel,
-            teardown=teardown,
-            remove_cancel_listener=remove,
-            run_id=script.run_id,
-        )
-        record.handle = handle
 
         async def attempt() -> SubagentResult:
             record.attempt_started = True
@@ -232,6 +215,8 @@ class ScriptedProvider(SubagentProvider):
                 await anyio.lowlevel.checkpoint()
             if script.attempt_error is not None:
                 raise script.attempt_error
+            if script.result_error is not None:
+                raise _ResultFault(script.result_error)
             return SubagentResult(
                 output=script.output,
                 structured=script.structured,
@@ -239,31 +224,32 @@ class ScriptedProvider(SubagentProvider):
                 stop_reason=script.stop_reason,
             )
 
-        async def settle() -> SubagentResult:
-            if script.result_error is not None:
-                await attempt()
-                raise script.result_error
-            return await settle_run_result(
-                attempt,
-                local=local,
-                collect_output=lambda: script.partial,
-                collect_diagnostic=lambda: script.error_diagnostic,
-                remove_cancel_listener=remove,
-            )
+        def on_error(error: Exception, stop_reason: str) -> None:
+            # Settlement flattens every failure to ``error``; a scripted result fault
+            # instead makes ``result()`` raise, before settlement's value is delivered.
+            if isinstance(error, _ResultFault) and record.handle is not None:
+                record.handle.set_exception(error.error)
 
-        if script.result_error is not None:
-            request.task_group.start_soon(_deliver_fault, handle, settle)
-        else:
-            request.task_group.start_soon(handle.drive, settle)
+        record.handle = publish_run(
+            request,
+            attempt=attempt,
+            teardown=teardown,
+            collect_output=lambda: script.partial,
+            collect_diagnostic=lambda: script.error_diagnostic,
+            on_error=on_error,
+            on_cancel=record.cancel_reasons.append,
+            run_id=script.run_id,
+        )
         self._published.bump()
-        return handle
+        return record.handle
 
 
-async def _deliver_fault(handle: SubprocessRunHandle, settle: _SettleFn) -> None:
-    try:
-        handle.set_result(await settle())
-    except Exception as exc:
-        handle.set_exception(exc)
+class _ResultFault(Exception):
+    """Carries a scripted ``result_error`` through settlement to the handle."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__("scripted result fault")
+        self.error = error
 
 
 async def _wait_or_cancelled(gate: anyio.Event, request: ResolvedSubagentStartRequest) -> None:
