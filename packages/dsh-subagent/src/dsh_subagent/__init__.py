@@ -10,6 +10,7 @@ from dsh_subagent.config_fields import (
     configured_cwd,
     env_overlay,
 )
+from dsh_subagent.delegate import delegate, delegate_sync
 from dsh_subagent.diagnostics import (
     DIAGNOSTIC_TRUNCATED_SUFFIX,
     MAX_SUBAGENT_DIAGNOSTIC_BYTES,
@@ -58,6 +59,21 @@ from dsh_subagent.service import (
 )
 from dsh_subagent.settlement import LocalCancellation, settle_run_result
 from dsh_subagent.task import one_shot_task_texts
+from dsh_subagent.tool import (
+    BackgroundLauncher,
+    SubagentTool,
+    SubagentToolConfig,
+    mount_subagent_tool,
+    render_foreground_failure,
+)
+from dsh_subagent.tool_protocol import (
+    ModelTool,
+    ToolCallContext,
+    ToolError,
+    ToolResult,
+    run_tool_call,
+    tool_error,
+)
 from dsh_subagent.types import (
     ABORTED,
     COMPLETED,
@@ -108,6 +124,7 @@ __all__ = [
     "SHUTDOWN_DRAIN_SECONDS",
     "SUBAGENT_DESCRIPTOR_VERSION",
     "AgentOptions",
+    "BackgroundLauncher",
     "CancelController",
     "CancelSignal",
     "ConfiguredCwd",
@@ -120,6 +137,7 @@ __all__ = [
     "LocalCancellation",
     "MalformedLineError",
     "MalformedLinePolicy",
+    "ModelTool",
     "NamedProviderConfig",
     "OutOfProcessProvider",
     "ParentContext",
@@ -148,20 +166,31 @@ __all__ = [
     "SubagentRunStarted",
     "SubagentService",
     "SubagentStartRequest",
+    "SubagentTool",
+    "SubagentToolConfig",
     "SubprocessRunHandle",
     "TextBlock",
+    "ToolCallContext",
+    "ToolError",
     "ToolFilter",
+    "ToolResult",
     "assert_positive_finite",
     "assert_usable_cwd",
     "check_max_depth",
     "configured_cwd",
+    "delegate",
+    "delegate_sync",
     "env_overlay",
     "format_product_failure",
     "limit_diagnostic",
+    "mount_subagent_tool",
     "one_shot_task_texts",
     "publish_run",
+    "render_foreground_failure",
     "resolve_child_cwd",
+    "run_tool_call",
     "settle_run_result",
     "text_of",
+    "tool_error",
     "validate_configured_cwd",
 ]

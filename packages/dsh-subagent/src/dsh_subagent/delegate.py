@@ -1,0 +1,129 @@
+"""The common case in one call: one task to one provider, answer back, nothing left running.
+
+:func:`delegate` is a thin layer over :class:`~dsh_subagent.SubagentService`, so every
+rule of a service-started run holds (checks before start, never-raising settlement,
+disposal down to whole-tree exit); it only removes the ceremony of registering the
+provider, building the request and disposing in ``finally``. :func:`delegate_sync` is the
+same for scripts that have no event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Final
+
+import anyio
+
+from dsh_subagent.cancel import CancelSignal
+from dsh_subagent.errors import SubagentError, SubagentErrorCode
+from dsh_subagent.service import SubagentService
+from dsh_subagent.types import (
+    ParentContext,
+    SubagentProvider,
+    SubagentResult,
+    SubagentStartRequest,
+    TextBlock,
+)
+
+__all__ = ["delegate", "delegate_sync"]
+
+DELEGATE_SESSION_PREFIX: Final = "delegate-"
+
+
+async def delegate(
+    target: SubagentProvider | SubagentService,
+    task: str,
+    *,
+    cwd: str | os.PathLike[str],
+    provider: str | None = None,
+    cancel: CancelSignal | None = None,
+    session_id: str | None = None,
+) -> SubagentResult:
+    """Delegate ``task`` and return the settled result; the run is always disposed.
+
+    Args:
+        target: A provider (a private service is opened around this one call) or a
+            running :class:`SubagentService` (then name the registered ``provider``).
+        task: The complete, self-contained task text.
+        cwd: The workspace the child works in (the parent session's cwd); a relative
+            path resolves against the current directory.
+        provider: The registered provider name, when ``target`` is a service.
+        cancel: Settles the run ``aborted`` when it fires.
+        session_id: The parent session id (default: a fresh ``delegate-<uuid>``).
+
+    Returns:
+        The result: ``completed`` with the answer, or ``error``/``aborted``/... with the
+        safe diagnostic. A child failure never raises.
+
+    Raises:
+        SubagentError: The start was refused or failed before publication (nothing is
+            left running), e.g. ``NO_PROVIDER``, ``INVALID_REQUEST``,
+            ``PRODUCT_START_FAILED`` or ``START_CANCELLED``.
+
+    If the calling task is cancelled, the run is disposed (its whole process tree gone)
+    before the cancellation propagates.
+    """
+    parent = ParentContext(
+        session_id=session_id or f"{DELEGATE_SESSION_PREFIX}{uuid.uuid4()}",
+        cwd=_absolute(cwd),
+    )
+    request = SubagentStartRequest(prompt=(TextBlock(text=task),), parent=parent)
+    if cancel is not None:
+        request = request.model_copy(update={"cancel": cancel})
+    if isinstance(target, SubagentService):
+        if provider is None:
+            raise SubagentError(
+                SubagentErrorCode.INVALID_REQUEST,
+                "delegate: name the registered provider when delegating through a service",
+            )
+        return await _run(target, provider, request)
+    if provider is not None and provider != target.name:
+        raise SubagentError(
+            SubagentErrorCode.INVALID_REQUEST,
+            f"delegate: provider {provider!r} does not name the given provider",
+        )
+    async with SubagentService() as service:
+        service.register_provider(target)
+        return await _run(service, target.name, request)
+
+
+def _absolute(cwd: str | os.PathLike[str]) -> str:
+    # Lexical only (no filesystem access): the provider probes the directory at start.
+    return os.path.abspath(os.fspath(cwd))
+
+
+async def _run(
+    service: SubagentService, name: str, request: SubagentStartRequest
+) -> SubagentResult:
+    run = await service.start(name, request)
+    try:
+        return await run.result()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await run.dispose()
+
+
+def delegate_sync(
+    provider: SubagentProvider,
+    task: str,
+    *,
+    cwd: str | os.PathLike[str],
+    backend: str = "asyncio",
+) -> SubagentResult:
+    """Blocking :func:`delegate` for scripts: runs its own event loop.
+
+    Ctrl-C disposes the run (its whole process tree gone) and then raises
+    ``KeyboardInterrupt``. Must not be called from inside a running event loop.
+
+    Args:
+        provider: The provider instance.
+        task: The complete, self-contained task text.
+        cwd: The workspace the child works in.
+        backend: The anyio backend (``"asyncio"`` or ``"trio"``).
+    """
+
+    async def main() -> SubagentResult:
+        return await delegate(provider, task, cwd=cwd)
+
+    return anyio.run(main, backend=backend)

@@ -1,0 +1,8 @@
+"""Puts this directory on ``sys.path`` for the shared test provider (``subagent_echo``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))

@@ -1,0 +1,58 @@
+"""A tiny product for the runtime tests: JSON lines on stdio, scripted by the task text.
+
+It says ``{"type": "ready"}`` (unless the task's first word is ``silent-open``), reads
+``{"task": ...}`` and acts on the task's first word:
+
+* ``answer <text>`` → ``{"type": "final", "text": <text>}``;
+* ``stderr <text>`` → writes ``<text>`` on stderr, then answers ``ok``;
+* ``partial <text>`` → ``{"type": "partial", "text": <text>}``, then waits for EOF;
+* ``exit <code>`` → exits with that code;
+* ``long <bytes>`` → writes that many bytes without a newline, then waits for EOF;
+* ``garbage`` → a line that is not JSON, then answers ``after garbage``;
+* ``bad-hello`` → the handshake line is ``{"type": "nope"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _send(message: dict[str, str]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> int:
+    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    if first == "silent-open":
+        sys.stdin.read()
+        return 0
+    _send({"type": "nope"} if first == "bad-hello" else {"type": "ready"})
+    line = sys.stdin.readline()
+    if not line:
+        return 2
+    word, _, rest = str(json.loads(line)["task"]).partition(" ")
+    if word == "answer":
+        _send({"type": "final", "text": rest})
+    elif word == "stderr":
+        sys.stderr.write(rest + "\n")
+        sys.stderr.flush()
+        _send({"type": "final", "text": "ok"})
+    elif word == "partial":
+        _send({"type": "partial", "text": rest})
+        sys.stdin.read()
+    elif word == "exit":
+        return int(rest)
+    elif word == "long":
+        sys.stdout.write("x" * int(rest))
+        sys.stdout.flush()
+        sys.stdin.read()
+    elif word == "garbage":
+        sys.stdout.write("this is not json\n")
+        _send({"type": "final", "text": "after garbage"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
