@@ -1,0 +1,82 @@
+"""Rules of the ``capability`` area: a provider promises only what it can keep."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from dsh_subagent import (
+    NO_START_CAPABILITIES,
+    AgentOptions,
+    SubagentError,
+    SubagentErrorCode,
+    ToolFilter,
+)
+
+from dsh_contract_tests.harness import ContractHarness
+from dsh_contract_tests.manifest import requirement
+
+if TYPE_CHECKING:
+    from dsh_contract_tests.contract import ProviderContract
+
+__all__ = [
+    "test_out_of_process_declares_no_capability",
+    "test_unsupported_capability_refused_before_start",
+]
+
+# One value per gated request field, each present (not merely truthy: max_depth=0 counts).
+_GATED_FIELDS: dict[str, tuple[str, Any]] = {
+    "agent_options": ("agent_options", AgentOptions(model="contract-model")),
+    "output_schema": ("output_schema", {"type": "object"}),
+    "depth_limit": ("max_depth", 0),
+    "tool_filter": ("tool_filter", ToolFilter(allow=("read",))),
+    "persona": ("persona", "contract persona"),
+}
+
+
+@requirement("capability:refused-before-start")
+@pytest.mark.parametrize("flag", sorted(_GATED_FIELDS))
+@pytest.mark.anyio
+async def test_unsupported_capability_refused_before_start(
+    self: ProviderContract, contract: ContractHarness, flag: str
+) -> None:
+    """A request needing an undeclared capability never reaches ``start()``."""
+    setup = contract.setup()
+    provider = contract.provider(setup)
+    if getattr(provider.capabilities, flag):
+        pytest.skip(f"the provider declares the {flag!r} capability")
+    field_name, value = _GATED_FIELDS[flag]
+    request, _, _ = contract.request("complete", cwd=contract.workspace(), **{field_name: value})
+    async with contract.service(provider) as svc:
+        with pytest.raises(SubagentError) as caught:
+            await svc.start(request)
+        assert caught.value.code == SubagentErrorCode.UNSUPPORTED_CAPABILITY
+        assert flag in caught.value.message or field_name in caught.value.message
+        assert svc.spy.start_calls == 0, "provider.start() ran for a refused request"
+        assert svc.events == [], "a refused request emitted lifecycle events"
+    assert contract.watch.ever_seen == 0
+    assert not contract.watch.alive()
+
+
+@requirement("capability:out-of-process-declares-none")
+@pytest.mark.anyio
+async def test_out_of_process_declares_no_capability(
+    self: ProviderContract, contract: ContractHarness
+) -> None:
+    """A provider whose runs live in another process promises nothing it cannot keep."""
+    setup = contract.setup()
+    provider = contract.provider(setup)
+    request, _, _ = contract.request("complete", cwd=contract.workspace())
+    async with contract.service(provider) as svc:
+        run = await svc.start(request)
+        try:
+            await contract.result(run)
+        finally:
+            await contract.dispose(run)
+    if run.local_agent is not None:
+        pytest.skip("in-process provider: its runs have a local agent")
+    assert provider.capabilities == NO_START_CAPABILITIES, (
+        f"out-of-process provider declares {provider.capabilities}; a child in another "
+        "process cannot honour parent-enforced start features"
+    )
+    assert provider.inherits_parent_context is False

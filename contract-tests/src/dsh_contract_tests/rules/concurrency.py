@@ -1,0 +1,53 @@
+"""Rules of the ``concurrency`` area: parallel runs of one provider instance."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+from dsh_subagent import ABORTED, COMPLETED, SubagentResult, SubagentStartRequest
+
+from dsh_contract_tests.harness import ContractHarness
+from dsh_contract_tests.manifest import requirement
+
+if TYPE_CHECKING:
+    from dsh_contract_tests.contract import ProviderContract
+
+__all__ = ["test_parallel_runs_settle_independently"]
+
+
+@requirement("concurrency:independent-runs")
+@pytest.mark.anyio
+async def test_parallel_runs_settle_independently(
+    self: ProviderContract, contract: ContractHarness, pytestconfig: pytest.Config
+) -> None:
+    """Parallel runs on one instance: each gets its own answer; a cancel hits one."""
+    setup = contract.setup()
+    provider = contract.provider(setup)
+    n = max(2, pytestconfig.getoption("--dsh-concurrency") or self.concurrency)
+    held, held_directive, held_cancel = contract.request("hold", cwd=contract.workspace())
+    others = [contract.request("complete", cwd=contract.workspace()) for _ in range(n - 1)]
+    results: dict[str, SubagentResult] = {}
+    async with contract.service(provider) as svc:
+
+        async def one(request: SubagentStartRequest, token: str) -> None:
+            run = await svc.start(request)
+            try:
+                if token == held_directive.token:
+                    await contract.holding(setup, held_directive)
+                    held_cancel.cancel()
+                results[token] = await contract.result(run)
+            finally:
+                await contract.dispose(run)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, held, held_directive.token)
+            for request, directive, _ in others:
+                tg.start_soon(one, request, directive.token)
+    assert results[held_directive.token].stop_reason == ABORTED
+    for _, directive, _ in others:
+        got = results[directive.token]
+        assert got.stop_reason == COMPLETED, got
+        assert got.text.strip() == directive.token
+    contract.assert_quiescent("after every parallel run was disposed")

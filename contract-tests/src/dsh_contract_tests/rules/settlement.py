@@ -1,0 +1,186 @@
+"""Rules of the ``settlement`` area: how a run ends, and how cancellation settles it.
+
+The cancellation scenarios (:func:`cancel_during_start`, :func:`cancel_mid_run`,
+:func:`cancel_after_completion`) are shared with the ``quiescence`` rules, which run the
+same scenarios and then check that nothing of the tree survived.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from dsh_subagent import ABORTED, COMPLETED, ERROR, SubagentResult, SubagentRun
+
+from dsh_contract_tests.driver import ServiceDriver
+from dsh_contract_tests.harness import ContractHarness
+from dsh_contract_tests.manifest import requirement
+from dsh_contract_tests.scenario import Directive
+
+if TYPE_CHECKING:
+    from dsh_contract_tests.contract import ProviderContract
+
+__all__ = [
+    "cancel_after_completion",
+    "cancel_during_start",
+    "cancel_mid_run",
+    "test_cancel_after_completion",
+    "test_cancel_before_start",
+    "test_cancel_during_start",
+    "test_cancel_mid_run",
+    "test_completed_run_carries_answer_and_no_diagnostic",
+    "test_failing_child_settles_as_a_result",
+]
+
+
+@requirement("settlement:completed")
+@pytest.mark.anyio
+async def test_completed_run_carries_answer_and_no_diagnostic(
+    self: ProviderContract, contract: ContractHarness
+) -> None:
+    """A child that answers settles completed with exactly that answer."""
+    provider = contract.provider(contract.setup())
+    request, directive, _ = contract.request("complete", cwd=contract.workspace())
+    async with contract.service(provider) as svc:
+        run = await svc.start(request)
+        try:
+            result = await contract.result(run)
+        finally:
+            await contract.dispose(run)
+    assert result.stop_reason == COMPLETED, result
+    assert result.text.strip() == directive.token
+    assert result.diagnostic is None
+    contract.assert_quiescent("after dispose")
+
+
+@requirement("settlement:result-never-raises")
+@pytest.mark.anyio
+async def test_failing_child_settles_as_a_result(
+    self: ProviderContract, contract: ContractHarness
+) -> None:
+    """A published run's failure arrives as an ``error`` result, never an exception."""
+    provider = contract.provider(contract.setup())
+    request, _, _ = contract.request("fail", cwd=contract.workspace())
+    async with contract.service(provider) as svc:
+        run = await svc.start(request)
+        try:
+            first = await contract.result(run)
+            again = await contract.result(run)
+        finally:
+            await contract.dispose(run)
+    assert first.stop_reason == ERROR, first
+    assert again == first
+    contract.assert_quiescent("after dispose")
+
+
+@requirement("settlement:cancel-before-start")
+@pytest.mark.anyio
+async def test_cancel_before_start(self: ProviderContract, contract: ContractHarness) -> None:
+    """An already-aborted request publishes nothing and leaves nothing running."""
+    provider = contract.provider(contract.setup())
+    request, _, controller = contract.request("complete", cwd=contract.workspace())
+    controller.cancel()
+    async with contract.service(provider) as svc:
+        with pytest.raises(Exception):  # noqa: B017, PT011 - any rollback error is fine
+            await svc.start(request)
+        assert svc.events == []
+    contract.assert_quiescent("after a start cancelled before it began")
+
+
+async def cancel_during_start(
+    contract: ContractHarness,
+) -> tuple[SubagentRun | None, SubagentResult | None, ServiceDriver]:
+    """Cancel a ``hold`` run while ``start()`` works; the run if publication won."""
+    provider = contract.provider(contract.setup())
+    request, _, controller = contract.request("hold", cwd=contract.workspace())
+    box: dict[str, Any] = {}
+    result: SubagentResult | None = None
+    async with contract.service(provider) as svc:
+
+        async def starter() -> None:
+            try:
+                box["run"] = await svc.start(request)
+            except Exception as exc:
+                box["error"] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(starter)
+            with anyio.fail_after(contract.settle_timeout):
+                while not box and not contract.watch.alive():  # noqa: ASYNC110
+                    await anyio.sleep(0.002)  # polling: processes cannot signal us
+            controller.cancel()
+        run: SubagentRun | None = box.get("run")
+        if run is not None:
+            try:
+                result = await contract.result(run)
+            finally:
+                await contract.dispose(run)
+    return run, result, svc
+
+
+@requirement("settlement:cancel-during-start")
+@pytest.mark.anyio
+async def test_cancel_during_start(self: ProviderContract, contract: ContractHarness) -> None:
+    """Cancelling while start() works: rollback without events, or ``aborted``."""
+    run, result, svc = await cancel_during_start(contract)
+    if run is None:
+        assert svc.events == [], "a rolled-back start emitted lifecycle events"
+    else:
+        assert result is not None
+        assert result.stop_reason == ABORTED, result
+        assert result.diagnostic is None
+    contract.assert_quiescent("after a cancellation during start")
+
+
+async def cancel_mid_run(contract: ContractHarness) -> SubagentResult:
+    """Cancel a published ``hold`` run once it is working; its result."""
+    setup = contract.setup()
+    provider = contract.provider(setup)
+    request, directive, controller = contract.request("hold", cwd=contract.workspace())
+    async with contract.service(provider) as svc:
+        run = await svc.start(request)
+        try:
+            await contract.holding(setup, directive)
+            controller.cancel()
+            return await contract.result(run)
+        finally:
+            await contract.dispose(run)
+
+
+@requirement("settlement:cancel-mid-run")
+@pytest.mark.anyio
+async def test_cancel_mid_run(self: ProviderContract, contract: ContractHarness) -> None:
+    """Cancelling a working run settles ``aborted`` with no diagnostic."""
+    result = await cancel_mid_run(contract)
+    assert result.stop_reason == ABORTED, result
+    assert result.diagnostic is None
+    contract.assert_quiescent("after a mid-run cancellation")
+
+
+async def cancel_after_completion(
+    contract: ContractHarness,
+) -> tuple[SubagentResult, SubagentResult, Directive]:
+    """Cancel a ``complete`` run after it settled; its result before and after."""
+    provider = contract.provider(contract.setup())
+    request, directive, controller = contract.request("complete", cwd=contract.workspace())
+    async with contract.service(provider) as svc:
+        run = await svc.start(request)
+        try:
+            before = await contract.result(run)
+            controller.cancel()
+            after = await contract.result(run)
+        finally:
+            await contract.dispose(run)
+    return before, after, directive
+
+
+@requirement("settlement:cancel-after-completion")
+@pytest.mark.anyio
+async def test_cancel_after_completion(self: ProviderContract, contract: ContractHarness) -> None:
+    """A late cancellation does not rewrite a settled result."""
+    before, after, directive = await cancel_after_completion(contract)
+    assert before.stop_reason == COMPLETED
+    assert after == before
+    assert after.text.strip() == directive.token
+    contract.assert_quiescent("after a cancellation after completion")
