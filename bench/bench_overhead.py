@@ -21,8 +21,8 @@ from pathlib import Path
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 from dsh_example_provider import ExampleConfig, ExampleProvider
-from dsh_subagent import ParentContext, SubagentService, SubagentStartRequest, TextBlock
-from dsh_subprocess import SpawnSpec
+from dsh_subagent import Launch, ParentContext, SubagentService, SubagentStartRequest, TextBlock
+from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver
 
 from bench.bench_common import Comparison, Profile, Samples, clock, temp_root
 
@@ -44,15 +44,16 @@ _PRODUCT = (
 class _InstantExampleProvider(ExampleProvider):
     """The example provider running the instant product."""
 
-    def _argv(self) -> tuple[str, ...]:
-        return _PRODUCT
+    def launch(self, cwd: str) -> Launch:
+        return Launch(argv=_PRODUCT)
 
 
 class _UnguardedExampleProvider(_InstantExampleProvider):
     """The instant example provider with ``SpawnSpec.host_death_guard`` switched off."""
 
-    def _spawn_spec(self, cwd: str) -> SpawnSpec:
-        return super()._spawn_spec(cwd).model_copy(update={"host_death_guard": False})
+    async def spawn(self, spec: SpawnSpec, stderr_observer: StderrObserver) -> ManagedProcess:
+        unguarded = spec.model_copy(update={"host_death_guard": False})
+        return await super().spawn(unguarded, stderr_observer)
 
 
 async def _ours(service: SubagentService, name: str, workspace: Path) -> float:
