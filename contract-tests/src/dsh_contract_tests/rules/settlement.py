@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from dsh_subagent import ABORTED, COMPLETED, ERROR, SubagentResult, SubagentRun
+from dsh_subagent import (
+    ABORTED,
+    COMPLETED,
+    ERROR,
+    StartCancelledError,
+    SubagentResult,
+    SubagentRun,
+)
 
 from dsh_contract_tests.driver import ServiceDriver
 from dsh_contract_tests.harness import ContractHarness
@@ -77,12 +84,13 @@ async def test_failing_child_settles_as_a_result(
 @requirement("settlement:cancel-before-start")
 @pytest.mark.anyio
 async def test_cancel_before_start(self: ProviderContract, contract: ContractHarness) -> None:
-    """An already-aborted request publishes nothing and leaves nothing running."""
+    """An already-aborted request raises ``StartCancelledError``, publishes nothing and
+    leaves nothing running."""
     provider = contract.provider(contract.setup())
     request, _, controller = contract.request("complete", cwd=contract.workspace())
     controller.cancel()
     async with contract.service(provider) as svc:
-        with pytest.raises(Exception):  # noqa: B017, PT011 - any rollback error is fine
+        with pytest.raises(StartCancelledError):
             await svc.start(request)
         assert svc.events == []
     contract.assert_quiescent("after a start cancelled before it began")
@@ -90,8 +98,9 @@ async def test_cancel_before_start(self: ProviderContract, contract: ContractHar
 
 async def cancel_during_start(
     contract: ContractHarness,
-) -> tuple[SubagentRun | None, SubagentResult | None, ServiceDriver]:
-    """Cancel a ``hold`` run while ``start()`` works; the run if publication won."""
+) -> tuple[SubagentRun | None, SubagentResult | None, ServiceDriver, Exception | None]:
+    """Cancel a ``hold`` run while ``start()`` works; the run if publication won, else the
+    error ``start()`` raised."""
     provider = contract.provider(contract.setup())
     request, _, controller = contract.request("hold", cwd=contract.workspace())
     box: dict[str, Any] = {}
@@ -116,15 +125,18 @@ async def cancel_during_start(
                 result = await contract.result(run)
             finally:
                 await contract.dispose(run)
-    return run, result, svc
+    return run, result, svc, box.get("error")
 
 
 @requirement("settlement:cancel-during-start")
 @pytest.mark.anyio
 async def test_cancel_during_start(self: ProviderContract, contract: ContractHarness) -> None:
     """Cancelling while start() works: rollback without events, or ``aborted``."""
-    run, result, svc = await cancel_during_start(contract)
+    run, result, svc, error = await cancel_during_start(contract)
     if run is None:
+        assert isinstance(error, StartCancelledError), (
+            f"a start cancelled before publication must raise StartCancelledError, not {error!r}"
+        )
         assert svc.events == [], "a rolled-back start emitted lifecycle events"
     else:
         assert result is not None
