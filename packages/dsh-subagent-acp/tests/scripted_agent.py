@@ -10,6 +10,8 @@ Script keys (all optional except where a test needs them):
 * ``on_eof``: ``"exit"`` (default, exit 0 when stdin ends) or ``"ignore"`` (keep running,
   as codex-acp and claude-agent-acp do).
 * ``trap_term``: ignore SIGTERM (only SIGKILL ends it).
+* ``record_term``: record a ``sigterm`` event when SIGTERM arrives; then die of it, or
+  keep running with ``trap_term``. Lets a test see the signal order of a teardown.
 * ``grandchild``: start ``sleep 300`` in its own session (``setsid``) at startup, the way
   claude-agent-acp's Bash tool escapes the process group; ``"keeps-stdout"`` also lets
   it inherit the agent's stdout, so no EOF follows the agent's death.
@@ -224,7 +226,17 @@ async def main() -> None:
     if SCRIPT.get("grandchild"):
         grandchild = start_grandchild(keep_stdout=SCRIPT["grandchild"] == "keeps-stdout")
     record("started", pid=os.getpid(), cwd=os.getcwd(), env=dict(os.environ), grandchild=grandchild)
-    if SCRIPT.get("trap_term"):
+    if SCRIPT.get("record_term"):
+        loop = asyncio.get_running_loop()
+
+        def on_term() -> None:
+            record("sigterm")
+            if not SCRIPT.get("trap_term"):
+                loop.remove_signal_handler(signal.SIGTERM)  # back to the default action
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        loop.add_signal_handler(signal.SIGTERM, on_term)
+    elif SCRIPT.get("trap_term"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Duck-typed: the Agent protocol lists every optional method; unlisted ones are refused.
     await acp.run_agent(cast(acp.Agent, ScriptedAgent()), observers=[observe])

@@ -90,6 +90,9 @@ def _provider(
         AcpConfig(
             provider_name="codex-acp",
             command=codex_acp,
+            # As the README tells users: codex-acp's shell snapshots would write the
+            # agent's environment, the fake key included, under CODEX_HOME and keep it.
+            args=("-c", "features.shell_snapshot=false"),
             env=env,
             permission=permission,
             # codex-acp never exits on stdin EOF: a short EOF window keeps dispose quick.

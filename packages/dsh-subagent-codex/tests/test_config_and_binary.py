@@ -132,7 +132,8 @@ def test_argv_is_the_pinned_native_binary_with_the_stdio_listener(
     (host_bin / "codex").chmod(0o755)
     monkeypatch.setenv("PATH", str(host_bin))
     argv = codex_app_server_argv()
-    assert argv[1:] == APP_SERVER_ARGS == ("app-server", "--listen", "stdio://")
+    assert argv[1:] == APP_SERVER_ARGS
+    assert APP_SERVER_ARGS[:3] == ("app-server", "--listen", "stdio://")
     binary = Path(argv[0])
     assert binary.is_absolute()
     assert binary.parent.parent.name == "codex_cli_bin"
@@ -140,6 +141,45 @@ def test_argv_is_the_pinned_native_binary_with_the_stdio_listener(
     assert os.access(binary, os.X_OK)
     with binary.open("rb") as handle:
         assert handle.read(4) == b"\x7fELF"  # the native binary, not a Node shim
+
+
+def test_the_argv_turns_shell_snapshots_off_even_against_config_toml(tmp_path: Path) -> None:
+    """A shell snapshot persists the app-server's environment, the layered key included.
+
+    Codex ignores an unknown ``-c features.<name>`` silently, so the pinned binary itself
+    must report both features off under the argv's overrides, over a ``config.toml``
+    that turns them on.
+    """
+    import subprocess
+
+    overrides = APP_SERVER_ARGS[3:]
+    assert overrides == (
+        "-c",
+        "features.shell_snapshot=false",
+        "-c",
+        "features.shell_snapshot_v2=false",
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        "[features]\nshell_snapshot = true\nshell_snapshot_v2 = true\n"
+    )
+    env = {"PATH": os.defpath, "HOME": str(home), "CODEX_HOME": str(home), "TMPDIR": str(tmp_path)}
+
+    def features(*extra: str) -> dict[str, str]:
+        done = subprocess.run(
+            [codex_app_server_argv()[0], *extra, "features", "list"],
+            check=True,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        rows = (line.split() for line in done.stdout.splitlines())
+        return {row[0]: row[-1] for row in rows if row and row[0].startswith("shell_snapshot")}
+
+    assert features() == {"shell_snapshot": "true", "shell_snapshot_v2": "true"}
+    assert features(*overrides) == {"shell_snapshot": "false", "shell_snapshot_v2": "false"}
 
 
 def test_the_pinned_distribution_is_installed() -> None:

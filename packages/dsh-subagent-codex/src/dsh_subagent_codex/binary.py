@@ -9,9 +9,23 @@ __all__ = ["APP_SERVER_ARGS", "PINNED_CODEX_VERSION", "codex_app_server_argv"]
 PINNED_CODEX_VERSION: Final = "0.163.0"
 """The ``openai-codex-cli-bin`` version this provider's mapping and evidence belong to."""
 
-APP_SERVER_ARGS: Final = ("app-server", "--listen", "stdio://")
+APP_SERVER_ARGS: Final = (
+    "app-server",
+    "--listen",
+    "stdio://",
+    "-c",
+    "features.shell_snapshot=false",
+    "-c",
+    "features.shell_snapshot_v2=false",
+)
 """The documented stdio listener of the pinned binary (``--stdio`` is an undocumented
-alias there). The argv never carries a model, a permission mode or task text."""
+alias there), with Codex's shell snapshots turned off.
+
+A shell snapshot is a file under ``$CODEX_HOME/shell_snapshots/`` holding every exported
+variable of the app-server's environment, so the product key layered through ``env``
+among them; a run torn down while Codex writes it leaves the file behind (never persist a
+credential). ``-c`` overrides outrank ``config.toml``, so a user's ``[features]`` cannot
+turn them back on. The argv never carries a model, a permission mode or task text."""
 
 
 def codex_app_server_argv() -> tuple[str, ...]:
