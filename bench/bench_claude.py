@@ -34,7 +34,7 @@ from dsh_contract_tests.fixtures.messages import (
 from dsh_subagent import CancelController, SubagentService
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_claude_code.launch import build_sdk_options
-from dsh_subprocess import ManagedProcess, SpawnSpec, spawn
+from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver, spawn
 
 from bench.bench_codex import start_request
 from bench.bench_common import (
@@ -84,12 +84,15 @@ def _provider(
     config = ClaudeCodeConfig(provider_name=name, env=dict(home.env))
     if guard:
         return ClaudeCodeProvider(config)
-    return ClaudeCodeProvider(config, spawner=_unguarded_spawn)
+    return _UnguardedClaudeCodeProvider(config)
 
 
-async def _unguarded_spawn(spec: SpawnSpec, **kwargs: Any) -> ManagedProcess:
-    # Diagnostic only, through the provider's public ``spawner`` seam.
-    return await spawn(spec.model_copy(update={"host_death_guard": False}), **kwargs)
+class _UnguardedClaudeCodeProvider(ClaudeCodeProvider):
+    """Diagnostic only, through the provider runtime's ``spawn`` seam."""
+
+    async def spawn(self, spec: SpawnSpec, stderr_observer: StderrObserver) -> ManagedProcess:
+        unguarded = spec.model_copy(update={"host_death_guard": False})
+        return await spawn(unguarded, stderr_observer=stderr_observer)
 
 
 async def _ours_once(service: SubagentService, name: str, home: KeylessClaudeHome) -> float:
@@ -121,7 +124,7 @@ async def _official_once(home: KeylessClaudeHome) -> float:
 async def run_p2(profile: Profile) -> list[Comparison]:
     """Interleaved rounds: our provider, bare ``query()``, ours without the guard.
 
-    The third side is a diagnostic (the provider's ``spawner`` seam with
+    The third side is a diagnostic (the provider runtime's ``spawn`` seam with
     ``host_death_guard=False``), to put a number on the guard's share.
     """
     with temp_root("p2") as root, MessagesFixture(default=TextAnswer(ANSWER)) as fixture:
@@ -158,7 +161,7 @@ async def run_p2(profile: Profile) -> list[Comparison]:
         )
         for case, samples in (
             ("start→result→CLI exit", a),
-            ("same, host-death guard off (diagnostic, spawner seam)", c),
+            ("same, host-death guard off (diagnostic, spawn seam)", c),
         )
     ]
 

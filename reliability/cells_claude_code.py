@@ -90,7 +90,7 @@ def claude_code_cells() -> list[Cell]:
             "initialize",
             then(_claude_answer),
             (
-                Outcome("start-error", "query-start", "unknown", 3),
+                Outcome("start-error", "query-start", "process-exit", 3),
                 Outcome("error", "process", "process-exit", 3),
             ),
             prelude=crash_early,
@@ -133,7 +133,7 @@ def claude_code_cells() -> list[Cell]:
             "secret-error-payload",
             "query-run",
             then(error_payload),
-            (Outcome("error", "query-run", "error_during_execution"),),
+            (Outcome("error", "query-run", "error_during_execution", 0),),
         ),
         Cell(
             "claude-code",
@@ -195,7 +195,7 @@ def claude_code_cells() -> list[Cell]:
             "oversized-frame",
             "initialize",
             then(_claude_answer),
-            (Outcome("error", "query-run", "unknown", check_exit=False),),
+            (Outcome("error", "query-run", "line-too-long", check_exit=False),),
             prelude=oversized_early,
         ),
         # The cut frame and the exit arrive together: which the provider sees first is a
@@ -218,12 +218,13 @@ def claude_code_cells() -> list[Cell]:
             completed,
         ),
         # README: "missing-result: the stream ended with no result"; an exit 0 ends the
-        # stream normally, so the provider reports missing-result rather than process-exit.
+        # stream normally, so the provider reports missing-result rather than process-exit
+        # (the runtime merges the observed clean exit into the line).
         Cell(
             "claude-code",
             "clean-exit-without-terminal",
             "query-run",
             then(clean_exit),
-            (Outcome("error", "query-run", "missing-result"),),
+            (Outcome("error", "query-run", "missing-result", 0),),
         ),
     ]

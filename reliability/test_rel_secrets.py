@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from claude_agent_sdk import ResultMessage
+from dsh_subagent import format_product_failure
 from dsh_subagent_claude_code.failures import result_failure
 from dsh_subagent_codex.error_info import map_error_info
 from hypothesis import given
@@ -111,7 +112,7 @@ def test_claude_result_mapping_never_copies_product_text(secret: str, subtype: s
         result=secret,
         errors=[secret, secret],
     )
-    diagnostic = result_failure(message).diagnostic()
+    diagnostic = format_product_failure(result_failure(message))
     assert secret not in diagnostic
     if subtype == "error_during_execution":  # a known SDK subtype is kept exactly
         assert "category: error_during_execution" in diagnostic

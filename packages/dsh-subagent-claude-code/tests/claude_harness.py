@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +22,28 @@ from dsh_subagent import (
     TextBlock,
 )
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
+from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver
 
 STANDIN = Path(__file__).with_name("claude_standin_cli.py")
+
+GRACE = 2.0
+"""The stand-in provider's dispose grace, also its stdout drain grace after the CLI exit."""
+
+Spawner = Callable[..., Awaitable[ManagedProcess]]
+"""``dsh_subprocess.spawn`` or a test double with its signature."""
+
+
+class SeamProvider(ClaudeCodeProvider):
+    """The provider with the runtime's ``spawn`` seam routed to a test spawner."""
+
+    def __init__(self, config: ClaudeCodeConfig, *, spawner: Spawner | None, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self._spawner = spawner
+
+    async def spawn(self, spec: SpawnSpec, stderr_observer: StderrObserver) -> ManagedProcess:
+        if self._spawner is None:
+            return await super().spawn(spec, stderr_observer)
+        return await self._spawner(spec, stderr_observer=stderr_observer)
 
 
 def standin_prefix() -> Sequence[str]:
@@ -51,8 +71,10 @@ class Standin:
         }
         overlay.update(env or {})
         spawner = config.pop("spawner", None)
-        return ClaudeCodeProvider(
-            ClaudeCodeConfig(env=overlay, dispose_grace=config.pop("dispose_grace", 2.0), **config),
+        return SeamProvider(
+            ClaudeCodeConfig(
+                env=overlay, dispose_grace=config.pop("dispose_grace", GRACE), **config
+            ),
             cli_prefix=standin_prefix,
             spawner=spawner,
         )

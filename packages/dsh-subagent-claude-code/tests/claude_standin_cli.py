@@ -12,6 +12,8 @@ Steps (``op`` and its fields):
 * ``init`` / ``assistant`` (``text``) / ``permission_denied``: emit that message;
 * ``result``: emit a result message; other fields override the success defaults;
 * ``emit`` (``message``) / ``raw`` (``line``): emit any frame / any stdout line;
+* ``pad_frame`` (``bytes``, ``newline``): one padding frame of exactly that many bytes;
+  with ``newline`` false it stays unterminated and the stand-in then hangs;
 * ``can_use_tool`` (``tool_name``, ``input``): ask the SDK for permission, record the answer;
 * ``elicitation``: call the SDK's registered ``Elicitation`` hook, record the answer;
 * ``touch`` (``path``): create a file (tests poll for it instead of sleeping);
@@ -82,6 +84,23 @@ def _result(step: dict[str, Any]) -> dict[str, Any]:
     return frame
 
 
+def _pad_frame(size: int, *, newline: bool) -> None:
+    # Written in pieces: a frame too long for an environment variable or one write.
+    head, tail = b'{"type": "system", "subtype": "padding", "pad": "', b'"}'
+    out = sys.stdout.buffer
+    sys.stdout.flush()
+    out.write(head)
+    remaining = size - len(head) - len(tail)
+    piece = b"x" * 65536
+    while remaining > 0:
+        out.write(piece[: min(remaining, len(piece))])
+        remaining -= len(piece)
+    out.write(tail + (b"\n" if newline else b""))
+    out.flush()
+    while not newline:
+        time.sleep(60)
+
+
 def main() -> None:
     _save("argv.json", sys.argv[1:])
     _save("env.json", dict(os.environ))
@@ -142,6 +161,8 @@ def main() -> None:
         elif op == "raw":
             sys.stdout.write(step["line"] + "\n")
             sys.stdout.flush()
+        elif op == "pad_frame":
+            _pad_frame(int(step["bytes"]), newline=step.get("newline", True))
         elif op == "can_use_tool":
             counter += 1
             request_id = f"standin-{counter}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import stat
@@ -13,22 +14,21 @@ import claude_agent_sdk
 import pytest
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 from claude_agent_sdk.types import HookContext, HookInput, HookJSONOutput
+from claude_harness import SeamProvider
 from dsh_subagent import NO_START_CAPABILITIES, SubagentError, SubagentErrorCode
 from dsh_subagent_claude_code import (
-    PERMISSION_MODES,
     PINNED_CLI_VERSION,
     PINNED_SDK_VERSION,
     ClaudeCodeConfig,
-    ClaudeCodeError,
     ClaudeCodeProvider,
-    bundled_cli_path,
 )
-from dsh_subagent_claude_code.config import MAX_DISPOSE_GRACE
+from dsh_subagent_claude_code.config import PERMISSION_MODES
 from dsh_subagent_claude_code.launch import (
     build_cli_argv,
     build_env_overlay,
     build_sdk_options,
 )
+from dsh_subagent_claude_code.product import BundledCliError, bundled_cli_path
 from dsh_subprocess import MAX_GRACE_SECONDS
 from pydantic import ValidationError
 
@@ -82,15 +82,14 @@ def test_invalid_fields_are_rejected(field: dict[str, Any]) -> None:
         ClaudeCodeConfig.model_validate(field)
 
 
-@pytest.mark.parametrize("grace", [0, -1, math.nan, math.inf, True, "3", MAX_DISPOSE_GRACE * 2])
+@pytest.mark.parametrize("grace", [0, -1, math.nan, math.inf, True, "3", MAX_GRACE_SECONDS * 2])
 def test_dispose_grace_must_be_positive_finite_and_bounded(grace: Any) -> None:
     with pytest.raises(ValidationError, match="dispose_grace"):
         ClaudeCodeConfig.model_validate({"dispose_grace": grace})
 
 
 def test_grace_bound_is_the_subprocess_seams() -> None:
-    assert MAX_DISPOSE_GRACE == MAX_GRACE_SECONDS
-    assert ClaudeCodeConfig(dispose_grace=MAX_DISPOSE_GRACE).dispose_grace == MAX_GRACE_SECONDS
+    assert ClaudeCodeConfig(dispose_grace=MAX_GRACE_SECONDS).dispose_grace == MAX_GRACE_SECONDS
 
 
 def test_config_is_frozen() -> None:
@@ -137,7 +136,7 @@ def test_construction_starts_nothing() -> None:
         calls.append("prefix")
         return ["x"]
 
-    ClaudeCodeProvider(ClaudeCodeConfig(), spawner=spawner, cli_prefix=prefix)
+    SeamProvider(ClaudeCodeConfig(), spawner=spawner, cli_prefix=prefix)
     assert calls == []
 
 
@@ -170,7 +169,7 @@ def test_bundled_cli_ignores_a_host_claude_on_path(
 
 def test_unpinned_sdk_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(claude_agent_sdk, "__version__", "9.9.9")
-    with pytest.raises(ClaudeCodeError, match="pinned"):
+    with pytest.raises(BundledCliError, match="pinned"):
         bundled_cli_path()
 
 
@@ -203,8 +202,6 @@ def test_argv_matches_the_installed_sdk_builder() -> None:
         can_use_tool=_deny,
         elicitation_hook=_hook,
     )
-    import dataclasses
-
     expected = SubprocessCLITransport(
         prompt="",
         options=dataclasses.replace(
@@ -254,3 +251,24 @@ def test_env_overlay_mirrors_the_sdk_additions() -> None:
     assert build_env_overlay({"CLAUDE_CODE_ENTRYPOINT": "mine"}, "/w")[
         "CLAUDE_CODE_ENTRYPOINT"
     ] == ("mine")
+
+
+def test_launch_is_the_sdk_argv_and_env_additions_for_the_configured_run() -> None:
+    provider = ClaudeCodeProvider(
+        ClaudeCodeConfig(model="m", env={"ANTHROPIC_API_KEY": "k"}),
+        cli_prefix=lambda: ("/bundled/claude",),
+    )
+    launch = provider.launch("/w")
+    assert list(launch.argv) == _argv(model="m")
+    # The runtime layers the configured env over these, so the user's explicit value wins.
+    assert launch.env == build_env_overlay({"ANTHROPIC_API_KEY": "k"}, "/w")
+
+
+def test_options_hook_reaches_the_argv() -> None:
+    provider = ClaudeCodeProvider(
+        ClaudeCodeConfig(),
+        cli_prefix=lambda: ("/bundled/claude",),
+        options_hook=lambda options: dataclasses.replace(options, max_turns=1),
+    )
+    argv = list(provider.launch("/w").argv)
+    assert argv[argv.index("--max-turns") + 1] == "1"

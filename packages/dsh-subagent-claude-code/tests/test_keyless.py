@@ -18,7 +18,7 @@ import anyio
 import psutil
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions
-from claude_harness import make_request, started, wait_for
+from claude_harness import SeamProvider, make_request, started, wait_for
 from dsh_contract_tests.fixtures.messages import (
     Hold,
     HttpError,
@@ -30,7 +30,8 @@ from dsh_contract_tests.fixtures.messages import (
     task_texts,
 )
 from dsh_subagent import ABORTED, COMPLETED, ERROR, CancelController, SubagentResult
-from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider, bundled_cli_path
+from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
+from dsh_subagent_claude_code.product import bundled_cli_path
 from dsh_subprocess import ManagedProcess, SpawnSpec, spawn
 from dsh_subprocess.testing import host_descendants
 
@@ -77,7 +78,7 @@ def _provider(
         # The CLI refuses the dangerous bypass as root unless told it runs in a sandbox;
         # CI containers run as root. A deployment makes this choice in its own env.
         env["IS_SANDBOX"] = "1"
-    return ClaudeCodeProvider(
+    return SeamProvider(
         ClaudeCodeConfig(env=env, **config),
         spawner=spy,
         options_hook=hook if max_turns is not None else None,

@@ -17,22 +17,20 @@ from dsh_subagent import (
     CancelController,
     ProductStartError,
     ProductTeardownError,
+    StartCancelledError,
     SubagentError,
     SubagentErrorCode,
 )
-from dsh_subagent_claude_code import (
-    APPROVAL_DENIED_MESSAGE,
-    ClaudeCodeConfig,
-    ClaudeCodeError,
-    ClaudeCodeProvider,
-    StartAborted,
-)
+from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
+from dsh_subagent_claude_code.product import BundledCliError
+from dsh_subagent_claude_code.provider import APPROVAL_DENIED_MESSAGE
 from dsh_subprocess import ManagedProcess, SpawnSpec, spawn
 
 pytestmark = pytest.mark.anyio
 
 START_LINE = (
-    "Product subagent failure (product: Claude Code; stage: query-start; category: unknown)"
+    "subagent-claude-code: Product subagent failure (product: Claude Code; stage: {stage}; "
+    "category: {category})"
 )
 DENIED_BY_PROVIDER = (
     "Claude Code unattended decision (mode: {mode}; request: tool permission; decision: denied): "
@@ -95,7 +93,8 @@ async def test_permission_prompt_is_denied_and_the_fact_follows_a_failure(
     assert result.stop_reason == ERROR
     assert result.diagnostic == (
         "Product subagent failure (product: Claude Code; stage: query-run; "
-        "category: error_during_execution)\n" + DENIED_BY_PROVIDER.format(mode="dontAsk")
+        "category: error_during_execution; exit code: 0)\n"
+        + DENIED_BY_PROVIDER.format(mode="dontAsk")
     )
     assert SECRET not in result.diagnostic
 
@@ -134,7 +133,7 @@ async def test_latest_permission_fact_wins(standin: Standin) -> None:
     assert result.diagnostic is not None
     assert result.diagnostic.split("\n") == [
         "Product subagent failure (product: Claude Code; stage: query-run; "
-        "category: error_during_execution)",
+        "category: error_during_execution; exit code: 0)",
         DENIED_BY_PRODUCT,
     ]
 
@@ -200,10 +199,10 @@ async def test_configured_cwd_overrides_the_parent(standin: Standin) -> None:
     assert standin.recorded("env.json")["PWD"] == str(other)
 
 
-# -- query-start ---------------------------------------------------------------------------
+# -- before publication: launch, spawn, query-start -------------------------------------
 
 
-async def _start_error(provider: ClaudeCodeProvider, cwd: Any, **kw: Any) -> BaseException:
+async def _start_error(provider: ClaudeCodeProvider, cwd: Any, **kw: Any) -> SubagentError:
     async with anyio.create_task_group() as tg:
         with pytest.raises(SubagentError) as caught:
             await provider.start(make_request(tg, cwd, **kw))
@@ -219,35 +218,35 @@ def _chain(error: BaseException) -> list[BaseException]:
     return found
 
 
-async def test_missing_bundled_cli_is_a_safe_query_start_failure(standin: Standin) -> None:
+async def test_missing_bundled_cli_is_a_safe_launch_failure(standin: Standin) -> None:
     def missing() -> list[str]:
-        raise ClaudeCodeError(f"the CLI at /secret/{SECRET} is missing")
+        raise BundledCliError(f"the CLI at /secret/{SECRET} is missing")
 
     provider = ClaudeCodeProvider(ClaudeCodeConfig(), cli_prefix=missing)
     error = await _start_error(provider, standin.workspace)
     assert isinstance(error, ProductStartError)
-    assert error.message == START_LINE
-    assert any(isinstance(e, ClaudeCodeError) for e in _chain(error))
+    assert error.message == START_LINE.format(stage="launch", category="unknown")
+    assert any(isinstance(e, BundledCliError) for e in _chain(error))
 
 
-async def test_spawn_failure_is_query_start(standin: Standin) -> None:
+async def test_spawn_failure_is_a_safe_spawn_failure(standin: Standin) -> None:
     nowhere = str(standin.path("no-such-claude"))
     provider = ClaudeCodeProvider(ClaudeCodeConfig(), cli_prefix=lambda: (nowhere,))
     error = await _start_error(provider, standin.workspace)
     assert isinstance(error, ProductStartError)
-    assert error.message == START_LINE
+    assert error.message == START_LINE.format(stage="spawn", category="spawn-failed")
+    assert nowhere not in error.message
 
 
 @pytest.mark.parametrize("cwd", ["relative/dir", "/definitely/missing/dir"])
-async def test_unusable_parent_cwd_is_query_start_without_the_path(
+async def test_unusable_parent_cwd_is_no_working_directory_without_the_path(
     standin: Standin, cwd: str
 ) -> None:
     spawner = Spawner()
     provider = standin.provider([], spawner=spawner)
     error = await _start_error(provider, cwd)
-    assert isinstance(error, ProductStartError)
-    assert error.message == START_LINE
-    assert cwd in str(error.__cause__)
+    assert error.code == SubagentErrorCode.NO_WORKING_DIRECTORY
+    assert cwd not in error.message
     assert spawner.processes == []
 
 
@@ -279,7 +278,8 @@ async def test_pre_aborted_request_spawns_nothing(standin: Standin) -> None:
     error = await _start_error(
         standin.provider([], spawner=spawner), standin.workspace, cancel=cancel
     )
-    assert isinstance(error, StartAborted)
+    assert isinstance(error, StartCancelledError)
+    assert error.code == SubagentErrorCode.START_CANCELLED
     assert spawner.processes == []
 
 
@@ -291,7 +291,9 @@ async def test_cli_exit_before_publication_reports_its_exit_code(standin: Standi
 
     error = await _start_error(standin.provider([], spawner=exits_first), standin.workspace)
     assert isinstance(error, ProductStartError)
-    assert error.message == START_LINE[:-1] + "; exit code: 17)"
+    assert error.message == (
+        START_LINE.format(stage="query-start", category="process-exit")[:-1] + "; exit code: 17)"
+    )
 
 
 async def test_cancel_during_startup_rolls_back_the_tree(standin: Standin) -> None:
@@ -307,7 +309,7 @@ async def test_cancel_during_startup_rolls_back_the_tree(standin: Standin) -> No
     error = await _start_error(
         standin.provider([], spawner=cancelling), standin.workspace, cancel=cancel
     )
-    assert isinstance(error, StartAborted)
+    assert isinstance(error, StartCancelledError)
     [process] = spawner.processes
     assert process.terminations == 1
     assert not process.tree_alive()
@@ -413,8 +415,8 @@ async def test_teardown_failure_is_a_safe_teardown_line_after_whole_tree_exit(
                 await run.dispose()
     assert result.stop_reason == COMPLETED
     assert caught.value.message == (
-        "Product subagent failure (product: Claude Code; stage: teardown; category: unknown; "
-        "exit code: 0)"
+        "subagent-claude-code: Product subagent failure (product: Claude Code; "
+        "stage: teardown; category: unknown; exit code: 0)"
     )
     assert SECRET in str(caught.value.__cause__)
     assert not spawner.processes[0].tree_alive()

@@ -1,4 +1,4 @@
-"""Result mapping through the real SDK and a scripted stand-in CLI (seed 000, issue 6 item 4)."""
+"""Result mapping through the real SDK and a scripted stand-in CLI (``diagnostic:*``)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,10 @@ async def test_blank_success_is_invalid_success(standin: Standin, blank: str | N
     provider = standin.provider([{"op": "result", "result": blank}])
     result = await run_once(provider, standin.workspace)
     assert result.stop_reason == ERROR
-    assert result.diagnostic == LINE.format(stage="query-run", category="invalid-success") + ")"
+    # The runtime merges the CLI's observed exit into every failure line, a clean one too.
+    assert result.diagnostic == (
+        LINE.format(stage="query-run", category="invalid-success") + "; exit code: 0)"
+    )
 
 
 async def test_non_numeric_http_status_is_dropped(standin: Standin) -> None:
@@ -95,7 +98,9 @@ async def test_unknown_subtype_is_unknown_and_not_copied(standin: Standin) -> No
     )
     result = await run_once(provider, standin.workspace)
     assert result.stop_reason == ERROR
-    assert result.diagnostic == LINE.format(stage="query-run", category="unknown") + ")"
+    assert result.diagnostic == LINE.format(stage="query-run", category="unknown") + (
+        "; exit code: 0)"
+    )
     assert "brand_new" not in result.diagnostic
 
 
@@ -107,7 +112,9 @@ async def test_no_result_is_missing_result(standin: Standin) -> None:
     result = await run_once(provider, standin.workspace)
     assert result.stop_reason == ERROR
     assert result.output == ()
-    assert result.diagnostic == LINE.format(stage="query-run", category="missing-result") + ")"
+    assert result.diagnostic == (
+        LINE.format(stage="query-run", category="missing-result") + "; exit code: 0)"
+    )
 
 
 async def test_latest_result_wins(standin: Standin) -> None:

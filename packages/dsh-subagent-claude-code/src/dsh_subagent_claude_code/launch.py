@@ -2,7 +2,7 @@
 
 The argv comes from the pinned SDK's own builder (``SubprocessCLITransport._build_command``)
 so every option is turned into the exact flags the SDK would pass; only the process
-spawn is ours. ``tests/test_launch.py`` pins the builder's presence and output against
+spawn is ours. ``tests/test_config_launch.py`` pins the builder's presence and output against
 the installed SDK, so an SDK upgrade that moves it fails loudly.
 """
 
