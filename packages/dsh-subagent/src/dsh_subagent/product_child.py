@@ -55,6 +55,9 @@ class ProductChild:
             partial output, so append to it as the product answers.
         lines: The bounded line reader over the product's stdout.
         admission: What the provider's ``admission()`` context yielded, else ``None``.
+        state: The provider's own per-run state, ``None`` until the provider sets it
+            (e.g. the session ``open()`` created, read again by ``run()`` and
+            ``interrupt()``). The runtime never reads it.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class ProductChild:
         self.stage = stage
         self.output: list[ContentBlock] = []
         self.admission = admission
+        self.state: object = None
         self._grace = grace
         self.lines = LineReader(
             process.stdout_until_exit(grace) if process.stdout is not None else _NoStdout(),
