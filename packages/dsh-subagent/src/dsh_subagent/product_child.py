@@ -58,6 +58,9 @@ class ProductChild:
         state: The provider's own per-run state, ``None`` until the provider sets it
             (e.g. the session ``open()`` created, read again by ``run()`` and
             ``interrupt()``). The runtime never reads it.
+        detail: A safe second line for whatever failure ends this run (e.g. the latest
+            permission decision), or ``None``. Keep it current as facts are observed;
+            a ``detail`` given to :meth:`fail` wins over it.
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class ProductChild:
         self.output: list[ContentBlock] = []
         self.admission = admission
         self.state: object = None
+        self.detail: str | None = None
         self._grace = grace
         self.lines = LineReader(
             process.stdout_until_exit(grace) if process.stdout is not None else _NoStdout(),
