@@ -23,6 +23,7 @@ from dsh_subagent import (
     COMPLETED,
     CancelController,
     ParentContext,
+    StartCancelledError,
     SubagentError,
     SubagentEvent,
     SubagentProvider,
@@ -184,7 +185,8 @@ async def _one(
                 tg.cancel_scope.cancel()
                 allowed = point in ("before-start", "during-startup")
                 leaks = find_leaks(setup.planted, {"start error": str(exc)})
-                if allowed and "aborted" in str(exc) and not leaks:
+                cancelled = isinstance(exc, StartCancelledError) or "aborted" in str(exc)
+                if allowed and cancelled and not leaks:
                     report.settled_correctly += 1
                 else:
                     report.problems.append(f"{where}: start raised {exc} {leaks}")
