@@ -366,6 +366,10 @@ async def test_abort_mid_turn_settles_aborted_and_interrupts(fake: FakeCodex) ->
         *handshake(),
         *turn_start(),
         agent_message("partial", None),
+        # The client's reply proves it has read the turn/start response: only a known
+        # turn is interrupted, and the marker alone would race the client's reading.
+        _req("item/tool/requestUserInput"),
+        {"op": "expect_reply", "id": 7},
         {"op": "ready", "path": str(ready)},
         {"op": "expect", "method": "turn/interrupt"},
         {"op": "reply", "result": {}},
