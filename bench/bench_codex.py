@@ -5,9 +5,9 @@ against the same loopback Responses fixture, each with its own temporary HOME,
 CODEX_HOME, TMPDIR and XDG dir, and an ephemeral thread with approval policy ``never``.
 Timed: from the first call until the answer is in hand and the app-server has exited.
 
-The phase breakdown of our side comes from separate, probed runs: the probe wraps
-``dsh_subprocess.spawn`` as the provider module sees it and ``JsonRpcLines``' request
-and frame methods for the duration of those runs only (timestamps, nothing else). The
+The phase breakdown of our side comes from separate, probed runs: the probe wraps the
+provider's ``spawn`` seam (``ProductProvider.spawn``) and ``JsonRpcLines``' request and
+frame methods for the duration of those runs only (timestamps, nothing else). The
 provider package itself is not modified.
 """
 
@@ -26,8 +26,15 @@ from dsh_contract_tests.fixtures.responses import (
     codex_keyless_env,
     write_codex_config,
 )
-from dsh_subagent import ParentContext, SubagentService, SubagentStartRequest, TextBlock
+from dsh_subagent import (
+    ParentContext,
+    ProductProvider,
+    SubagentService,
+    SubagentStartRequest,
+    TextBlock,
+)
 from dsh_subagent_codex import CodexConfig, CodexProvider
+from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver
 
 from bench.bench_common import Comparison, Profile, Samples, clock, interleave_many, temp_root
 
@@ -123,16 +130,17 @@ async def official_once(
 @contextlib.contextmanager
 def probe_codex_wire(marks: dict[str, float]) -> Iterator[None]:
     """Timestamp the provider's spawn, requests, responses and notifications."""
-    import dsh_subagent_codex.provider as provider_module
     from dsh_subagent_codex.jsonrpc import Frame, JsonRpcLines
 
-    original_spawn = getattr(provider_module, "spawn")  # noqa: B009 - not re-exported
+    original_spawn = CodexProvider.spawn
     original_send = JsonRpcLines.send_request
     original_next = JsonRpcLines.next_frame
     pending: dict[str, str] = {}
 
-    async def spawn(spec: Any, **kwargs: Any) -> Any:
-        proc = await original_spawn(spec, **kwargs)
+    async def spawn(
+        self: ProductProvider[CodexConfig], spec: SpawnSpec, stderr_observer: StderrObserver
+    ) -> ManagedProcess:
+        proc = await original_spawn(self, spec, stderr_observer)
         marks["spawned"] = clock()
         return proc
 
@@ -150,13 +158,13 @@ def probe_codex_wire(marks: dict[str, float]) -> Iterator[None]:
             marks.setdefault(f"notification {frame.method}", now)
         return frame
 
-    setattr(provider_module, "spawn", spawn)  # noqa: B010 - not re-exported
+    CodexProvider.spawn = spawn  # type: ignore[method-assign]
     JsonRpcLines.send_request = send_request  # type: ignore[method-assign]
     JsonRpcLines.next_frame = next_frame  # type: ignore[method-assign]
     try:
         yield
     finally:
-        setattr(provider_module, "spawn", original_spawn)  # noqa: B010
+        CodexProvider.spawn = original_spawn  # type: ignore[method-assign]
         JsonRpcLines.send_request = original_send  # type: ignore[method-assign]
         JsonRpcLines.next_frame = original_next  # type: ignore[method-assign]
 
@@ -164,19 +172,19 @@ def probe_codex_wire(marks: dict[str, float]) -> Iterator[None]:
 @contextlib.contextmanager
 def unguarded_codex_spawn() -> Iterator[None]:
     """Diagnostic only: the provider's spawns run with ``host_death_guard=False``."""
-    import dsh_subagent_codex.provider as provider_module
-    from dsh_subprocess import SpawnSpec
+    original_spawn = CodexProvider.spawn
 
-    original_spawn = getattr(provider_module, "spawn")  # noqa: B009 - not re-exported
+    async def spawn(
+        self: ProductProvider[CodexConfig], spec: SpawnSpec, stderr_observer: StderrObserver
+    ) -> ManagedProcess:
+        unguarded = spec.model_copy(update={"host_death_guard": False})
+        return await original_spawn(self, unguarded, stderr_observer)
 
-    async def spawn(spec: SpawnSpec, **kwargs: Any) -> Any:
-        return await original_spawn(spec.model_copy(update={"host_death_guard": False}), **kwargs)
-
-    setattr(provider_module, "spawn", spawn)  # noqa: B010 - not re-exported
+    CodexProvider.spawn = spawn  # type: ignore[method-assign]
     try:
         yield
     finally:
-        setattr(provider_module, "spawn", original_spawn)  # noqa: B010
+        CodexProvider.spawn = original_spawn  # type: ignore[method-assign]
 
 
 async def ours_phases(

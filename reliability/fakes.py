@@ -1,6 +1,6 @@
 """Each provider pointed at a hostile fake product through its test-intended seam.
 
-* Codex: a :class:`CodexProvider` subclass overriding ``_argv`` (the seam the package's
+* Codex: a :class:`CodexProvider` subclass overriding ``launch`` (the seam the package's
   own tests use) to start the package's scripted ``fake_app_server.py``.
 * Claude Code: the public ``cli_prefix`` constructor argument, starting the package's
   scripted ``claude_standin_cli.py`` (the SDK still builds and appends the real argv).
@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from dsh_subagent import SubagentProvider
+from dsh_subagent import Launch, SubagentProvider
 from dsh_subagent_acp import AcpConfig, AcpProvider
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_codex import CodexConfig, CodexProvider
-from dsh_subprocess import StderrObserver
 
 from reliability.planted import ENV_NAME, Planted
 
@@ -36,7 +35,6 @@ __all__ = [
     "HOSTILE",
     "ROOT",
     "FakeSetup",
-    "StderrSink",
 ]
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -47,17 +45,6 @@ ACP_AGENT: Final = str(ROOT / "packages/dsh-subagent-acp/tests/scripted_agent.py
 
 GRACE: Final = 0.5
 """TERM→KILL grace of every fake product: short, so SIGTERM-ignoring cells stay fast."""
-
-
-@dataclass
-class StderrSink:
-    """Counts forwarded stderr lines (Codex's observer seam) without keeping them."""
-
-    lines: int = 0
-
-    def __call__(self, line: str) -> None:
-        del line  # product stderr is host observation only; it is not kept anywhere
-        self.lines += 1
 
 
 @dataclass
@@ -73,7 +60,6 @@ class FakeSetup:
     root: Path
     planted: Planted
     prelude: list[dict[str, Any]] = field(default_factory=list)
-    stderr: StderrSink = field(default_factory=StderrSink)
 
     @property
     def workspace(self) -> Path:
@@ -122,14 +108,10 @@ class FakeSetup:
             str(script),
             str(self.root / "codex.log"),
         )
-        sink = self.stderr
 
         class HostileCodexProvider(CodexProvider):
-            def _argv(self) -> Sequence[str]:
-                return argv
-
-            def _stderr_observer(self) -> StderrObserver | None:
-                return sink
+            def launch(self, cwd: str) -> Launch:
+                return Launch(argv=argv)
 
         config.setdefault("dispose_grace", GRACE)
         config.setdefault("env", self.env())

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 from dsh_subagent import (
     CancelController,
+    Launch,
     ParentContext,
     ResolvedSubagentStartRequest,
     SubagentDescriptor,
@@ -24,7 +25,6 @@ from dsh_subagent import (
     TextBlock,
 )
 from dsh_subagent_codex import CodexConfig, CodexProvider
-from dsh_subprocess import StderrObserver
 
 FAKE_SERVER = str(Path(__file__).with_name("fake_app_server.py"))
 SCHEMA_DIR = Path(__file__).with_name("schema") / "codex-0.163.0"
@@ -116,7 +116,6 @@ class FakeCodex:
 
     root: Path
     workspace: Path
-    stderr_lines: list[str] = field(default_factory=list)
     _counter: itertools.count[int] = field(default_factory=itertools.count)
     logs: list[Path] = field(default_factory=list)
 
@@ -126,15 +125,11 @@ class FakeCodex:
         log = self.root / f"fake-{index}.log"
         script.write_text(json.dumps(list(steps)))
         self.logs.append(log)
-        lines = self.stderr_lines
         argv = (sys.executable, "-I", FAKE_SERVER, str(script), str(log))
 
         class ScriptedCodexProvider(CodexProvider):
-            def _argv(self) -> Sequence[str]:
-                return argv
-
-            def _stderr_observer(self) -> StderrObserver | None:
-                return lines.append
+            def launch(self, cwd: str) -> Launch:
+                return Launch(argv=argv)
 
         config.setdefault("dispose_grace", 2.0)
         return ScriptedCodexProvider(CodexConfig(**config))

@@ -9,6 +9,8 @@ client sent (plus ``{"event": ...}`` markers). Steps:
 * ``{"op": "send", "frame": F}`` — write one frame (a JSON value) plus newline.
 * ``{"op": "send_many", "frames": [F, ...]}`` — several frames in one write.
 * ``{"op": "write", "data": S}`` — write raw text.
+* ``{"op": "write_long", "bytes": N}`` — write N bytes of ``x`` with no newline, in 1 MiB
+  writes (blocks once the pipe is full and the client stops reading).
 * ``{"op": "expect_reply", "id": I}`` — read until the client answers server request I.
 * ``{"op": "stderr", "data": S}`` — write S to stderr.
 * ``{"op": "exit", "code": N}`` / ``{"op": "kill", "signal": "SIGABRT"}``
@@ -91,6 +93,14 @@ class Fake:
             self.write("".join(json.dumps(frame) + "\n" for frame in step["frames"]))
         elif op == "write":
             self.write(step["data"])
+        elif op == "write_long":
+            block = b"x" * (1 << 20)
+            left = int(step["bytes"])
+            while left > 0:
+                view = memoryview(block)[: min(left, len(block))]
+                left -= len(view)
+                while view:
+                    view = view[os.write(1, view) :]
         elif op == "stderr":
             sys.stderr.write(step["data"])
             sys.stderr.flush()

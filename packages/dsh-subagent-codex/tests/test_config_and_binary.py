@@ -8,14 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from dsh_subagent import NO_START_CAPABILITIES
-from dsh_subagent_codex import (
-    APP_SERVER_ARGS,
-    PINNED_CODEX_VERSION,
-    CodexConfig,
-    CodexProvider,
-    codex_app_server_argv,
-)
+from dsh_subagent import NO_START_CAPABILITIES, ProductConfig
+from dsh_subagent_codex import PINNED_CODEX_VERSION, CodexConfig, CodexProvider
+from dsh_subagent_codex.binary import APP_SERVER_ARGS, codex_app_server_argv
 from dsh_subprocess import MAX_GRACE_SECONDS
 from pydantic import ValidationError
 
@@ -33,6 +28,7 @@ def test_defaults() -> None:
 def test_provider_surface_and_construction_starts_nothing() -> None:
     provider = CodexProvider(CodexConfig(provider_name="codex-safe"))
     assert CodexProvider.Config is CodexConfig
+    assert issubclass(CodexConfig, ProductConfig)  # one env, cwd and grace vocabulary
     assert provider.name == "codex-safe"
     assert provider.capabilities == NO_START_CAPABILITIES
     assert provider.inherits_parent_context is False
@@ -72,7 +68,7 @@ def test_invalid_env_names_are_refused_at_load_naming_the_field(name: str) -> No
         CodexConfig.model_validate({"env": {name: "value"}})
     (error,) = caught.value.errors()
     assert error["loc"] == ("env",)
-    assert "subagent-codex: env names must be non-empty without '=' or NUL" in error["msg"]
+    assert "env names must be non-empty without '=' or NUL" in error["msg"]
 
 
 def test_unusual_but_valid_env_names_and_removals_are_kept() -> None:
@@ -80,16 +76,28 @@ def test_unusual_but_valid_env_names_and_removals_are_kept() -> None:
     assert CodexConfig(env=env).env == env
 
 
-@pytest.mark.parametrize("grace", [0, -1, math.nan, math.inf, -math.inf, True, "3"])
-def test_dispose_grace_must_be_positive_finite(grace: object) -> None:
+_NOT_POSITIVE = (0, -1, math.nan, math.inf, -math.inf)
+
+
+@pytest.mark.parametrize(
+    ("grace", "message"),
+    [
+        *((value, "must be a positive finite number of seconds") for value in _NOT_POSITIVE),
+        (True, "must be a number of seconds"),  # a bool is an int to Python, not a grace
+        ("3", "must be a number of seconds"),
+    ],
+)
+def test_dispose_grace_must_be_positive_finite(grace: object, message: str) -> None:
     with pytest.raises(ValidationError) as caught:
         CodexConfig.model_validate({"dispose_grace": grace})
-    assert "subagent-codex: dispose_grace must be a positive finite number" in str(caught.value)
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("dispose_grace",)
+    assert message in error["msg"]
 
 
 def test_dispose_grace_is_bounded_by_the_subprocess_maximum() -> None:
     assert CodexConfig(dispose_grace=MAX_GRACE_SECONDS).dispose_grace == MAX_GRACE_SECONDS
-    with pytest.raises(ValidationError, match="must be no greater than"):
+    with pytest.raises(ValidationError, match=f"no greater than {MAX_GRACE_SECONDS}"):
         CodexConfig(dispose_grace=MAX_GRACE_SECONDS * 2)
 
 

@@ -19,13 +19,13 @@ from codex_harness import (
     handshake,
     turn_start,
 )
-from dsh_subagent_codex import (
+from dsh_subagent_codex.binary import codex_app_server_argv
+from dsh_subagent_codex.config import PERMISSION_MODES
+from dsh_subagent_codex.error_info import (
     HTTP_STATUS_VARIANTS,
     OBJECT_VARIANTS,
-    PERMISSION_MODES,
     STRING_VARIANTS,
     ErrorCategory,
-    codex_app_server_argv,
     map_error_info,
 )
 from dsh_subagent_codex.permissions import (

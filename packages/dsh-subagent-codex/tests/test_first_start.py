@@ -23,7 +23,7 @@ from codex_harness import (
     turn_start,
     wait_until,
 )
-from dsh_subagent import CancelController, ProductStartError, SubagentResult
+from dsh_subagent import CancelController, ProductStartError, StartCancelledError, SubagentResult
 from dsh_subagent_codex import CodexProvider
 from dsh_subagent_codex.first_start import FIRST_STARTS, HomeKey, effective_codex_home
 
@@ -153,10 +153,10 @@ async def test_a_failed_first_start_releases_the_gate(fake: FakeCodex, how: str)
     if how == "exit":
         assert str(failure) == (
             "subagent-codex: Product subagent failure "
-            "(product: Codex; stage: initialize; category: unknown; exit code: 1)"
+            "(product: Codex; stage: initialize; category: process-exit; exit code: 1)"
         )
     else:
-        assert str(failure) == "subagent-codex: request was aborted before run publication"
+        assert isinstance(failure, StartCancelledError)
     second_result: SubagentResult = results["second"]
     assert (second_result.stop_reason, second_result.text) == ("completed", "second")
     assert FIRST_STARTS.state(home.key) == "initialized"
@@ -177,7 +177,7 @@ async def test_a_waiting_start_leaves_through_its_own_cancellation(fake: FakeCod
                 request = make_request(inner, str(fake.workspace), cancel=cancel)
 
                 async def start_waiting() -> None:
-                    with pytest.raises(ProductStartError) as caught:
+                    with pytest.raises(StartCancelledError) as caught:
                         await waiting.start(request)
                     results["waiting"] = caught.value
 
@@ -185,7 +185,7 @@ async def test_a_waiting_start_leaves_through_its_own_cancellation(fake: FakeCod
                 await wait_until(lambda: FIRST_STARTS.waiters(home.key) == 1)
                 cancel.cancel()
         assert str(results["waiting"]) == (
-            "subagent-codex: request was aborted before app-server startup"
+            "subagent-codex: the request was cancelled before the run was published"
         )
         assert FIRST_STARTS.waiters(home.key) == 0
         assert FIRST_STARTS.state(home.key) == "starting"  # the first start still holds it

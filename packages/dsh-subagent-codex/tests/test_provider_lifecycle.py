@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from dsh_subagent import (
     CancelController,
     ProductStartError,
     ProductTeardownError,
+    StartCancelledError,
     SubagentError,
     SubagentErrorCode,
 )
@@ -43,6 +45,7 @@ THREAD_START = (
     "subagent-codex: Product subagent failure (product: Codex; stage: thread-start; "
     "category: unknown"
 )
+CANCELLED = "subagent-codex: the request was cancelled before the run was published"
 
 
 async def _start_fails(provider: CodexProvider, cwd: Path | None, **kw: Any) -> SubagentError:
@@ -80,7 +83,7 @@ async def test_no_working_directory_is_refused_before_spawn(fake: FakeCodex) -> 
 
 
 @pytest.mark.parametrize("kind", ["relative", "missing", "file"])
-async def test_invalid_parent_cwd_is_a_sanitized_initialize_failure(
+async def test_invalid_parent_cwd_is_no_working_directory_without_the_path(
     fake: FakeCodex, kind: str
 ) -> None:
     target = fake.root / f"{SECRET.split('/')[0]}-{kind}"
@@ -88,9 +91,11 @@ async def test_invalid_parent_cwd_is_a_sanitized_initialize_failure(
         target.write_text("x")
     cwd = Path("relative/dir") if kind == "relative" else target
     error = await _start_fails(fake.provider(answered()), cwd)
-    assert isinstance(error, ProductStartError)
-    assert error.message == f"{INIT})"
-    assert str(cwd) not in error.message
+    assert not isinstance(error, ProductStartError)
+    assert error.code == SubagentErrorCode.NO_WORKING_DIRECTORY
+    assert error.message == (
+        "subagent-codex: the parent session cwd is not an absolute, accessible directory"
+    )
     assert error.__cause__ is not None  # the raw probe message stays on the cause chain
     assert not fake.spawned()
 
@@ -99,11 +104,12 @@ async def test_pre_aborted_request_never_spawns(fake: FakeCodex) -> None:
     cancel = CancelController()
     cancel.cancel()
     error = await _start_fails(fake.provider(answered()), fake.workspace, cancel=cancel)
-    assert error.message == "subagent-codex: request was aborted before app-server startup"
+    assert isinstance(error, StartCancelledError)
+    assert (error.code, error.message) == (SubagentErrorCode.START_CANCELLED, CANCELLED)
     assert not fake.spawned()
 
 
-async def test_missing_binary_payload_fails_initialize_without_fallback(
+async def test_missing_binary_payload_fails_at_launch_without_fallback(
     fake: FakeCodex, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import codex_cli_bin  # type: ignore[import-untyped]
@@ -121,7 +127,11 @@ async def test_missing_binary_payload_fails_initialize_without_fallback(
     monkeypatch.setenv("PATH", f"{host_bin}:/usr/bin:/bin")
     error = await _start_fails(CodexProvider(CodexProvider.Config()), fake.workspace)
     assert isinstance(error, ProductStartError)
-    assert error.message == f"{INIT})"
+    assert error.message == (
+        "subagent-codex: Product subagent failure (product: Codex; stage: launch; "
+        "category: unknown)"
+    )
+    assert isinstance(error.__cause__, FileNotFoundError)
     assert not marker.exists()
 
 
@@ -200,12 +210,18 @@ async def test_child_exit_during_thread_start_keeps_stage_and_outcome(
     steps = [*handshake()[:4], exit_step]
     error = await _start_fails(fake.provider(steps), fake.workspace)
     # Startup failures never use stage "process", even when the child exited.
-    assert error.message == f"{THREAD_START}{fields}"
+    assert error.message == (
+        "subagent-codex: Product subagent failure (product: Codex; stage: thread-start; "
+        f"category: process-exit{fields}"
+    )
 
 
 async def test_child_exit_during_initialize(fake: FakeCodex) -> None:
     error = await _start_fails(fake.provider([{"op": "exit", "code": 3}]), fake.workspace)
-    assert error.message == f"{INIT}; exit code: 3)"
+    assert error.message == (
+        "subagent-codex: Product subagent failure (product: Codex; stage: initialize; "
+        "category: process-exit; exit code: 3)"
+    )
 
 
 async def test_startup_and_rollback_failure_show_both_lines(
@@ -251,9 +267,10 @@ async def test_abort_during_startup_rolls_back(fake: FakeCodex) -> None:
                 cancel.cancel()
 
             tg.start_soon(abort_when_ready)
-            with pytest.raises(ProductStartError) as caught:
+            with pytest.raises(StartCancelledError) as caught:
                 await provider.start(make_request(tg, str(fake.workspace), cancel=cancel))
-    assert caught.value.message == "subagent-codex: request was aborted before run publication"
+    assert caught.value.message == CANCELLED
+    assert not caught.value.rollback_failed
 
 
 async def test_caller_cancellation_during_startup_rolls_back(fake: FakeCodex) -> None:
@@ -314,13 +331,15 @@ async def test_exit_before_the_turn_start_response(fake: FakeCodex) -> None:
     )
 
 
-async def test_stdout_eof_without_exit_waits_the_grace_then_fails_the_stage(
+async def test_stdout_eof_without_exit_waits_the_grace_then_reports_the_process_gone(
     fake: FakeCodex,
 ) -> None:
+    # The end of the app-server's output ends its usefulness: the runtime reports it as
+    # the product's exit, with no exit fields because none was observed within the grace.
     steps = [*handshake(), *turn_start(), {"op": "close_stdout"}, {"op": "hang"}]
     result, _ = await delegate(fake.provider(steps, dispose_grace=0.3), fake.workspace)
     assert result.diagnostic == (
-        "Product subagent failure (product: Codex; stage: turn; category: unknown)"
+        "Product subagent failure (product: Codex; stage: process; category: process-exit)"
     )
 
 
@@ -347,6 +366,10 @@ async def test_abort_mid_turn_settles_aborted_and_interrupts(fake: FakeCodex) ->
         *handshake(),
         *turn_start(),
         agent_message("partial", None),
+        # The client's reply proves it has read the turn/start response: only a known
+        # turn is interrupted, and the marker alone would race the client's reading.
+        _req("item/tool/requestUserInput"),
+        {"op": "expect_reply", "id": 7},
         {"op": "ready", "path": str(ready)},
         {"op": "expect", "method": "turn/interrupt"},
         {"op": "reply", "result": {}},
@@ -657,14 +680,23 @@ async def test_declined_items_record_their_facts_with_the_instance_mode(fake: Fa
         )
 
 
-async def test_stderr_is_forwarded_but_never_classified(fake: FakeCodex) -> None:
+async def test_stderr_is_logged_but_never_classified(
+    fake: FakeCodex, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
     noise = f"approval policy is Never; reject command\nrecorded sandbox violation: {SECRET}\n"
     steps = [*handshake(), *turn_start(), {"op": "stderr", "data": noise}, failed("other")]
-    result, _ = await delegate(fake.provider(steps), fake.workspace)
+    with caplog.at_level(logging.INFO, logger="dsh.product.codex"):
+        result, run = await delegate(fake.provider(steps), fake.workspace)
     assert result.diagnostic == (
         "Product subagent failure (product: Codex; stage: turn; category: other)"
     )
-    assert f"recorded sandbox violation: {SECRET}" in fake.stderr_lines
+    records = [r for r in caplog.records if r.name == "dsh.product.codex"]
+    assert [r.getMessage() for r in records] == [
+        "approval policy is Never; reject command",
+        f"recorded sandbox violation: {SECRET}",
+    ]
+    assert {(r.provider, r.run_id) for r in records} == {("codex", run.id)}  # type: ignore[attr-defined]
+    assert SECRET not in capfd.readouterr().err  # never written to the host's stderr
 
 
 # -- isolation ------------------------------------------------------------------------------

@@ -78,3 +78,32 @@ async def test_skip_policy_ignores_non_json_and_blank_lines() -> None:
 def test_the_bound_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_line_bytes"):
         LineReader(Chunks(), max_line_bytes=0)
+
+
+async def test_receive_nowait_hands_out_only_what_was_already_read() -> None:
+    first = b'{"terminal": 1}\n{"request": 2}\nnot json\n{"par'
+    stream = Chunks(first, b'tial": 3}\n')
+    reader = LineReader(stream, malformed="skip")
+    assert await reader.receive_json() == {"terminal": 1}
+    assert reader.receive_json_nowait() == {"request": 2}
+    with pytest.raises(anyio.WouldBlock):  # the skipped line is consumed, the partial one waits
+        reader.receive_json_nowait()
+    assert stream.delivered == len(first)  # nothing more was read from the stream
+    assert await reader.receive_json() == {"partial": 3}
+
+
+async def test_receive_nowait_returns_the_last_unterminated_line_then_end_of_stream() -> None:
+    reader = LineReader(Chunks(b"one\nlast"))
+    assert await reader.receive() == b"one"
+    with pytest.raises(anyio.WouldBlock):  # EOF not seen yet: "last" may still grow
+        reader.receive_nowait()
+    assert await reader.receive() == b"last"
+    with pytest.raises(anyio.EndOfStream):
+        reader.receive_nowait()
+
+
+async def test_receive_nowait_keeps_the_bound() -> None:
+    reader = LineReader(Chunks(b"ok\n" + b"x" * 11 + b"\n"), max_line_bytes=10)
+    assert await reader.receive() == b"ok"
+    with pytest.raises(LineTooLongError):
+        reader.receive_nowait()

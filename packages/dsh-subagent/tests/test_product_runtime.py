@@ -20,6 +20,7 @@ from dsh_subagent import (
     ERROR,
     CancelController,
     Launch,
+    ProductChild,
     ProductStartError,
     StartCancelledError,
     SubagentError,
@@ -166,6 +167,24 @@ async def test_the_product_exiting_mid_run_settles_error_with_its_exit_code(
     assert result.diagnostic == (
         "Product subagent failure (product: Echo; stage: process; category: process-exit; "
         "exit code: 3)"
+    )
+
+
+async def test_the_runs_detail_joins_a_failure_that_names_none(
+    service: SubagentService, tmp_path: Path
+) -> None:
+    class Detailed(EchoProvider):
+        async def run(self, child: ProductChild) -> str:
+            child.detail = "Echo decision (request: write): declined"
+            return await super().run(child)
+
+    service.register_provider(Detailed(EchoConfig()))
+    run = await service.start("echo", request("exit 3", str(tmp_path)))
+    result = await run.result()
+    await run.dispose()
+    assert result.diagnostic == (
+        "Product subagent failure (product: Echo; stage: process; category: process-exit; "
+        "exit code: 3)\nEcho decision (request: write): declined"
     )
 
 

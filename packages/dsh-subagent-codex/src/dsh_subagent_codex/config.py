@@ -4,20 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from dsh_subagent import (
-    SubagentError,
-    assert_positive_finite,
-    configured_cwd,
-    env_overlay,
-)
-from dsh_subprocess import MAX_GRACE_SECONDS
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from dsh_subagent import Grace, ProductConfig
+from pydantic import Field
 
-__all__ = ["DEFAULT_DISPOSE_GRACE", "PERMISSION_MODES", "PREFIX", "CodexConfig", "PermissionMode"]
-
-PREFIX: Final = "subagent-codex"
+__all__ = ["DEFAULT_DISPOSE_GRACE", "PERMISSION_MODES", "CodexConfig", "PermissionMode"]
 
 PermissionMode = Literal["never", "approve-for-me", "dangerously-bypass-approvals-and-sandbox"]
+"""The three native permission modes (see the package README)."""
+
 PERMISSION_MODES: Final[tuple[PermissionMode, ...]] = (
     "never",
     "approve-for-me",
@@ -27,8 +21,11 @@ PERMISSION_MODES: Final[tuple[PermissionMode, ...]] = (
 DEFAULT_DISPOSE_GRACE: Final = 3.0
 
 
-class CodexConfig(BaseModel):
+class CodexConfig(ProductConfig):
     """One Codex provider instance.
+
+    The shared fields and their load-time checks (``env`` overlay, ``cwd`` override,
+    ``dispose_grace``) come from :class:`dsh_subagent.ProductConfig`.
 
     Attributes:
         provider_name: Registry name of this instance (default ``codex``).
@@ -36,7 +33,8 @@ class CodexConfig(BaseModel):
             the model to native Codex configuration (``config.toml``).
         env: Overlay on the credential-scrubbed parent environment; ``None`` removes an
             inherited name. Product keys (e.g. ``OPENAI_API_KEY``) must be given here.
-        dispose_grace: Seconds between SIGTERM and SIGKILL of the app-server tree.
+        dispose_grace: Seconds between SIGTERM and SIGKILL of the app-server tree
+            (default 3).
         permission_mode: ``never`` (default; nothing is ever approved),
             ``approve-for-me`` (Codex's auto-reviewer decides inside a
             workspace-write sandbox) or ``dangerously-bypass-approvals-and-sandbox``.
@@ -44,22 +42,7 @@ class CodexConfig(BaseModel):
             directory at load. ``None`` inherits the parent session's cwd.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    provider_name: Annotated[str, Field(min_length=1)] = "codex"
+    provider_name: str = Field(default="codex", min_length=1)
     model: Annotated[str, Field(min_length=1)] | None = None
-    env: Annotated[dict[str, str | None], env_overlay(PREFIX)] = Field(default_factory=dict)
-    dispose_grace: float = DEFAULT_DISPOSE_GRACE
+    dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
     permission_mode: PermissionMode = "never"
-    cwd: Annotated[str | None, configured_cwd(PREFIX)] = None
-
-    @field_validator("dispose_grace", mode="before")
-    @classmethod
-    def _check_grace(cls, value: object) -> object:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{PREFIX}: dispose_grace must be a positive finite number")
-        try:
-            assert_positive_finite(PREFIX, "dispose_grace", value, MAX_GRACE_SECONDS)
-        except SubagentError as exc:  # pydantic names the field only for ValueError
-            raise ValueError(exc.message) from None
-        return value

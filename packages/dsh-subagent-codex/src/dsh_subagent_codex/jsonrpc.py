@@ -1,27 +1,22 @@
 """Newline-delimited JSON-RPC over the app-server's stdio, pull-based.
 
-One consumer reads frames with :meth:`JsonRpcLines.next_frame`; no background reader
-task exists, so the connection can move from the task that started the app-server to
-the run's driver task. Writes are serialised by a lock (the driver answers server
-requests while disposal may send ``turn/interrupt``).
+Frames are read through the run's bounded line reader (``child.lines``: at most the
+provider's ``max_line_bytes`` per line, lines that are not JSON skipped); one consumer
+reads them with :meth:`JsonRpcLines.next_frame`, so no background reader task exists.
+Writes are serialised by a lock: ``interrupt()`` may write ``turn/interrupt`` while the
+cancelled turn's own write is still being unwound.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from anyio.abc import ByteReceiveStream, ByteSendStream
-
-from dsh_subagent_codex.errors import CodexTransportClosed
+from dsh_subagent import ProductChild
 
 __all__ = ["Frame", "JsonRpcLines", "new_request_id"]
-
-_READ_CHUNK = 65536
 
 
 def new_request_id() -> str:
@@ -61,14 +56,8 @@ class Frame:
         return self.method is not None and not self.has_id
 
 
-def _decode(line: bytes) -> Frame | None:
-    text = line.strip()
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None  # the server logs to stderr; a stray unparseable line is not a frame
+def _frame(value: object) -> Frame | None:
+    """The frame a JSON value is, or ``None`` for a value that is no frame (skipped)."""
     if not isinstance(value, dict):
         return None
     method = value.get("method")
@@ -85,72 +74,40 @@ def _decode(line: bytes) -> Frame | None:
 
 
 class JsonRpcLines:
-    """A JSON-RPC 2.0 line connection over a byte stream pair."""
+    """A JSON-RPC 2.0 line connection over one run's product process."""
 
-    def __init__(self, send: ByteSendStream, receive: ByteReceiveStream) -> None:
-        self._send = send
-        self._receive = receive
-        self._buffer = bytearray()
+    def __init__(self, child: ProductChild) -> None:
+        self._child = child
         self._write_lock = anyio.Lock()
-        self._eof = False
-        self._closed = False
-
-    @property
-    def eof(self) -> bool:
-        """Whether the server's output has ended."""
-        return self._eof
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._closed
 
     async def next_frame(self) -> Frame:
-        """Read the next decodable frame.
+        """Read the next frame; lines that are not frames are skipped.
 
         Raises:
-            CodexTransportClosed: The server's output ended or the connection was closed.
+            anyio.EndOfStream: The app-server's output ended (the runtime reports the
+                product's exit).
+            dsh_subagent.LineTooLongError: A line exceeded the provider's bound.
         """
         while True:
-            newline = self._buffer.find(b"\n")
-            if newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                frame = _decode(line)
-                if frame is not None:
-                    return frame
-                continue
-            if self._eof or self._closed:
-                raise CodexTransportClosed("JSON-RPC input closed")
-            try:
-                chunk = await self._receive.receive(_READ_CHUNK)
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                self._eof = True
-                if self._buffer:  # a last frame without its newline still counts
-                    self._buffer.extend(b"\n")
-                continue
-            self._buffer.extend(chunk)
+            frame = _frame(await self._child.receive_json())
+            if frame is not None:
+                return frame
 
     def take_buffered(self) -> list[Frame]:
-        """Decode and remove the complete frames already received, without reading more."""
+        """Decode and remove the frames already received, without reading more."""
         frames: list[Frame] = []
-        while (newline := self._buffer.find(b"\n")) >= 0:
-            line = bytes(self._buffer[:newline])
-            del self._buffer[: newline + 1]
-            frame = _decode(line)
+        while True:
+            try:
+                value = self._child.lines.receive_json_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return frames
+            frame = _frame(value)
             if frame is not None:
                 frames.append(frame)
-        return frames
 
     async def _write(self, message: dict[str, Any]) -> None:
-        if self._closed:
-            raise CodexTransportClosed("JSON-RPC transport closed")
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
         async with self._write_lock:
-            try:
-                await self._send.send(data)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
-                raise CodexTransportClosed("JSON-RPC output closed") from exc
+            await self._child.send_json(message)
 
     async def send_request(self, method: str, params: Any) -> str:
         """Send a request and return its id (responses are read by the consumer)."""
@@ -174,14 +131,3 @@ class JsonRpcLines:
         await self._write(
             {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
         )
-
-    async def close(self) -> None:
-        """Stop reading and end our output (stdin EOF). Idempotent, never raises."""
-        if self._closed:
-            return
-        self._closed = True
-        # No write lock: a write blocked on a full pipe must not stall disposal; closing
-        # makes that write fail instead. An already broken pipe means the app-server is
-        # gone and EOF is moot.
-        with contextlib.suppress(Exception):
-            await self._send.aclose()

@@ -1,7 +1,10 @@
 """One published turn: ``turn/start`` to ``turn/completed``, final-answer selection,
 unattended server requests and the safe facts of every failure.
 
-The state here is per run; nothing is shared between runs or instances.
+The state here is per run; nothing is shared between runs or instances. Failures are
+raised as ``child.fail(...)`` (a terminal's category) or :class:`CodexProtocolError`
+(``unknown`` at the current stage); the latest permission fact is kept current as
+``child.detail``, the second line of whatever failure ends the run.
 """
 
 from __future__ import annotations
@@ -10,12 +13,19 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from dsh_subagent import COMPLETED, MAX_TOKENS, ProductFailure, SubagentResult, TextBlock
+from dsh_subagent import (
+    COMPLETED,
+    MAX_TOKENS,
+    ProductChild,
+    ProductFailure,
+    SubagentResult,
+    TextBlock,
+)
 from pydantic import ValidationError
 
 from dsh_subagent_codex.config import PermissionMode
 from dsh_subagent_codex.error_info import CONTEXT_WINDOW_EXCEEDED, SANDBOX_ERROR, map_error_info
-from dsh_subagent_codex.errors import CodexFailure, CodexProtocolError
+from dsh_subagent_codex.errors import CodexProtocolError
 from dsh_subagent_codex.jsonrpc import Frame, JsonRpcLines
 from dsh_subagent_codex.permissions import (
     ELICITATION,
@@ -76,9 +86,8 @@ class AnswerSelection:
 
 @dataclass
 class FactLog:
-    """Failure facts and the latest permission fact (by observation order)."""
+    """The latest permission fact (by observation order)."""
 
-    failure: ProductFailure | None = None
     permission: PermissionFact | None = None
     permission_order: int = -1
 
@@ -96,8 +105,13 @@ class _Buffered:
 
 @dataclass
 class TurnDriver:
-    """Drives one turn over an open thread (the provider owns the process)."""
+    """Drives one turn over an open thread (the runtime owns the process).
 
+    ``child.stage`` is ``turn-start`` until the ``turn/start`` response commits the turn
+    id, then ``turn``; ``child.output`` always holds the current answer selection.
+    """
+
+    child: ProductChild
     rpc: JsonRpcLines
     thread_id: str
     mode: PermissionMode
@@ -110,31 +124,29 @@ class TurnDriver:
     _buffered: list[_Buffered] = field(default_factory=list)
     _deferred: list[tuple[int, PermissionFact]] = field(default_factory=list)
     _terminal: SubagentResult | None = None
+    _max_tokens: ProductFailure | None = None
 
     @property
     def committed(self) -> bool:
         """Whether the ``turn/start`` response fixed the turn id."""
         return self.turn_id is not None
 
-    @property
-    def stage(self) -> str:
-        """The stage a failure now belongs to: ``turn-start`` until commit, then ``turn``."""
-        return "turn" if self.committed else "turn-start"
-
-    async def run(self, texts: list[str]) -> SubagentResult:
-        """Start the turn and consume frames until its terminal.
+    async def run(self) -> SubagentResult:
+        """Start the turn with the task's text blocks and consume frames until its terminal.
 
         Returns:
-            ``completed`` with the byte-exact answer, or ``max-tokens`` for a
-            ``contextWindowExceeded`` terminal.
+            ``completed`` with the byte-exact answer, or ``max-tokens`` (partial answer
+            and diagnostic) for a ``contextWindowExceeded`` terminal.
 
         Raises:
-            CodexFailure: A terminal failure with its safe facts.
+            dsh_subagent.ProductFailureError: A terminal failure with its safe facts.
             CodexProtocolError: The app-server broke the protocol.
-            CodexTransportClosed: The output ended before a terminal.
+            anyio.EndOfStream: The output ended before a terminal.
         """
+        self.child.stage = "turn-start"
         params = TurnStartParams(
-            threadId=self.thread_id, input=tuple(TextInput(text=text) for text in texts)
+            threadId=self.thread_id,
+            input=tuple(TextInput(text=text) for text in self.child.task_texts),
         )
         self._turn_start_id = await self.rpc.send_request(
             "turn/start", params.model_dump(mode="json")
@@ -149,16 +161,24 @@ class TurnDriver:
             self._order += 1
             if frame.is_request:
                 await self._on_request(self._order, frame)
+        if self._max_tokens is not None:
+            diagnostic = self.child.failure_line(self._max_tokens, self.child.detail)
+            return self._terminal.model_copy(update={"diagnostic": diagnostic})
         return self._terminal
 
     async def interrupt(self) -> None:
         """Best-effort ``turn/interrupt`` of a known turn; every failure is ignored."""
-        if self.turn_id is None or self.rpc.closed:
+        if self.turn_id is None:
             return
         params = TurnInterruptParams(threadId=self.thread_id, turnId=self.turn_id)
         # Best effort: the process tree is terminated next anyway.
         with contextlib.suppress(Exception):
             await self.rpc.send_request("turn/interrupt", params.model_dump(mode="json"))
+
+    def _record(self, order: int, fact: PermissionFact) -> None:
+        self.facts.record_permission(order, fact)
+        if self.facts.permission is not None:
+            self.child.detail = self.facts.permission.render(self.mode)
 
     # -- dispatch ------------------------------------------------------------------------
 
@@ -189,8 +209,9 @@ class TurnDriver:
             self._deferred.clear()  # a mismatched early request leaves no fact behind
             raise CodexProtocolError("turn/start response did not match the active turn")
         self.turn_id = turn_id
+        self.child.stage = "turn"
         for order, fact in self._deferred:
-            self.facts.record_permission(order, fact)
+            self._record(order, fact)
         self._deferred.clear()
         buffered, self._buffered = self._buffered, []
         for item in buffered:
@@ -249,36 +270,35 @@ class TurnDriver:
                 self.answers.final_answer = message.text
             elif message.phase is None:
                 self.answers.unphased = message.text
+            self.child.output[:] = self.answers.output()  # partial output if the run ends
         elif kind in ("commandExecution", "fileChange"):
             try:
                 declinable = DeclinableItem.model_validate(item)
             except ValidationError as exc:
                 raise CodexProtocolError(f"app-server returned an invalid {kind} item") from exc
             if declinable.status == "declined":
-                self.facts.record_permission(order, declined_item_fact(declinable.type))
+                self._record(order, declined_item_fact(declinable.type))
 
     def _on_terminal(self, order: int, turn: TurnTerminal) -> None:
         if turn.status == "completed":
             answer = self.answers.selected()
             if answer is None:
-                self.facts.failure = ProductFailure(PRODUCT, "turn", "unknown")
-                raise CodexFailure(self.facts.failure)
+                raise self.child.fail("unknown", stage="turn")
             self._terminal = SubagentResult(output=(TextBlock(text=answer),), stop_reason=COMPLETED)
             return
         if turn.status == "interrupted":
             # Not a local cancellation (that settles before any terminal is read): the
             # child side stopped the turn, and the parent should be able to tell.
-            self.facts.failure = ProductFailure(PRODUCT, "turn", "interrupted")
-            raise CodexFailure(self.facts.failure)
+            raise self.child.fail("interrupted", stage="turn")
         error = turn.error
         info = map_error_info(error.get("codexErrorInfo") if isinstance(error, dict) else None)
-        self.facts.failure = ProductFailure(PRODUCT, "turn", info.category, info.http_status)
         if info.category == SANDBOX_ERROR:
-            self.facts.record_permission(order, sandbox_failure_fact())
+            self._record(order, sandbox_failure_fact())
         if info.category == CONTEXT_WINDOW_EXCEEDED:
+            self._max_tokens = ProductFailure(PRODUCT, "turn", info.category, info.http_status)
             self._terminal = SubagentResult(output=self.answers.output(), stop_reason=MAX_TOKENS)
             return
-        raise CodexFailure(self.facts.failure)
+        raise self.child.fail(info.category, stage="turn", http_status=info.http_status)
 
     # -- server requests -----------------------------------------------------------------
 
@@ -293,7 +313,7 @@ class TurnDriver:
         # Requests are answered at once; before commit their fact waits for the
         # turn/start response to confirm the turn (keeping its original order).
         if self.committed or turnless:
-            self.facts.record_permission(order, fact)
+            self._record(order, fact)
         else:
             self._deferred.append((order, fact))
 

@@ -35,6 +35,8 @@ banners on stdout); ``"fail"``: the run fails with category ``malformed-output``
 
 _log = logging.getLogger("dsh_subagent.lines")
 
+_SKIPPED: Final = object()  # a blank or skipped line (``None`` is the JSON value null)
+
 
 class LineTooLongError(Exception):
     """The product wrote more than ``max_line_bytes`` without a newline."""
@@ -86,30 +88,53 @@ class LineReader:
             LineTooLongError: The line exceeds ``max_line_bytes``; the reader is spent.
         """
         while True:
-            newline = self._buffer.find(b"\n", self._scanned)
-            if newline >= 0:
-                if newline > self._max:
-                    raise LineTooLongError(f"line longer than {self._max} bytes")
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]  # O(1) from the front of a bytearray
-                self._scanned = 0
-                return line.removesuffix(b"\r")
-            if len(self._buffer) > self._max:
-                raise LineTooLongError(f"line longer than {self._max} bytes")
-            self._scanned = len(self._buffer)
-            if self._eof:
-                if not self._buffer:
-                    raise anyio.EndOfStream
-                line = bytes(self._buffer)
-                self._buffer.clear()
-                self._scanned = 0
-                return line.removesuffix(b"\r")
+            line = self._buffered_line()
+            if line is not None:
+                return line
             try:
                 chunk = await self._stream.receive(_CHUNK)
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 self._eof = True
                 continue
             self._buffer += chunk
+
+    def receive_nowait(self) -> bytes:
+        """The next line if it was already received, without reading (or awaiting) more.
+
+        For a protocol that must still handle what arrived together with a final message
+        (e.g. a request written in the same chunk as a terminal notification).
+
+        Raises:
+            anyio.WouldBlock: No complete line is buffered.
+            anyio.EndOfStream: The stream ended and no bytes are left.
+            LineTooLongError: The line exceeds ``max_line_bytes``; the reader is spent.
+        """
+        line = self._buffered_line()
+        if line is None:
+            raise anyio.WouldBlock
+        return line
+
+    def _buffered_line(self) -> bytes | None:
+        """The next complete line in the buffer (or the last one at EOF), else ``None``."""
+        newline = self._buffer.find(b"\n", self._scanned)
+        if newline >= 0:
+            if newline > self._max:
+                raise LineTooLongError(f"line longer than {self._max} bytes")
+            line = bytes(self._buffer[:newline])
+            del self._buffer[: newline + 1]  # O(1) from the front of a bytearray
+            self._scanned = 0
+            return line.removesuffix(b"\r")
+        if len(self._buffer) > self._max:
+            raise LineTooLongError(f"line longer than {self._max} bytes")
+        self._scanned = len(self._buffer)
+        if not self._eof:
+            return None
+        if not self._buffer:
+            raise anyio.EndOfStream
+        line = bytes(self._buffer)
+        self._buffer.clear()
+        self._scanned = 0
+        return line.removesuffix(b"\r")
 
     async def receive_json(self) -> object:
         """The next line that is one JSON value, under the malformed-line policy.
@@ -122,16 +147,35 @@ class LineReader:
             MalformedLineError: A line was not JSON and the policy is ``"fail"``.
         """
         while True:
-            line = await self.receive()
-            if not line.strip():
-                continue
-            try:
-                return json.loads(line)
-            except ValueError:
-                if self._malformed == "fail":
-                    raise MalformedLineError("product wrote a line that is not JSON") from None
-                # The line is product text: its length only, never its content.
-                _log.debug("skipped a non-JSON stdout line of %d bytes", len(line))
+            value = self._decode(await self.receive())
+            if value is not _SKIPPED:
+                return value
+
+    def receive_json_nowait(self) -> object:
+        """:meth:`receive_json` over the lines already received (see :meth:`receive_nowait`).
+
+        Raises:
+            anyio.WouldBlock: No complete JSON line is buffered.
+            anyio.EndOfStream: The stream ended.
+            LineTooLongError: A line exceeded ``max_line_bytes``.
+            MalformedLineError: A line was not JSON and the policy is ``"fail"``.
+        """
+        while True:
+            value = self._decode(self.receive_nowait())
+            if value is not _SKIPPED:
+                return value
+
+    def _decode(self, line: bytes) -> object:
+        if not line.strip():
+            return _SKIPPED
+        try:
+            return json.loads(line)
+        except ValueError:
+            if self._malformed == "fail":
+                raise MalformedLineError("product wrote a line that is not JSON") from None
+            # The line is product text: its length only, never its content.
+            _log.debug("skipped a non-JSON stdout line of %d bytes", len(line))
+            return _SKIPPED
 
     # An explicit iterator, not an async generator: an abandoned generator is finalised
     # outside any task on trio.

@@ -367,6 +367,8 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         else:
             failure = ProductFailure(self.product, stage, "unknown")
         if child is not None:
+            if detail is None:
+                detail = child.detail  # the run's own fact joins any failure, once
             facts = await child.exit_facts_after_eof()
             if facts is not None:
                 failure = failure.with_exit(facts.exit_code, facts.signal)

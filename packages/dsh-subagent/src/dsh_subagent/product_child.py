@@ -55,6 +55,12 @@ class ProductChild:
             partial output, so append to it as the product answers.
         lines: The bounded line reader over the product's stdout.
         admission: What the provider's ``admission()`` context yielded, else ``None``.
+        state: The provider's own per-run state, ``None`` until the provider sets it
+            (e.g. the session ``open()`` created, read again by ``run()`` and
+            ``interrupt()``). The runtime never reads it.
+        detail: A safe second line for whatever failure ends this run (e.g. the latest
+            permission decision), or ``None``. Keep it current as facts are observed;
+            a ``detail`` given to :meth:`fail` wins over it.
     """
 
     def __init__(
@@ -79,6 +85,8 @@ class ProductChild:
         self.stage = stage
         self.output: list[ContentBlock] = []
         self.admission = admission
+        self.state: object = None
+        self.detail: str | None = None
         self._grace = grace
         self.lines = LineReader(
             process.stdout_until_exit(grace) if process.stdout is not None else _NoStdout(),
