@@ -98,6 +98,29 @@ def _check_output_schema(schema: Mapping[str, object]) -> None:
         )
 
 
+async def _leave_task_group(
+    task_group: TaskGroup,
+    exc_info: tuple[type[BaseException] | None, BaseException | None, TracebackType | None],
+    failures: list[Exception],
+) -> None:
+    """Exit the service's task group without wrapping the body's exception.
+
+    Only a cancellation is handed to the task group (its cancel scope must see it);
+    anyio would wrap any other body exception in an ``ExceptionGroup``, so the group
+    exits as if the body had finished (its scope is already cancelled) and the body's
+    exception propagates unchanged. Errors of the group's own tasks meanwhile join
+    ``failures``.
+    """
+    exc = exc_info[1]
+    if exc is None or isinstance(exc, anyio.get_cancelled_exc_class()):
+        await task_group.__aexit__(*exc_info)
+        return
+    try:
+        await task_group.__aexit__(None, None, None)
+    except ExceptionGroup as group:
+        failures.extend(group.exceptions)
+
+
 class PublishedRun:
     """The service's view of a published run; implements :class:`SubagentRun`.
 
@@ -145,6 +168,12 @@ class SubagentService:
     Use as an async context manager: it owns the task group where providers drive
     published runs and where the service observes their results. Leaving it disposes
     every run whose holder has not, then waits for run tasks to finish.
+
+    An exception raised in the ``async with`` body reaches the caller as itself, never
+    wrapped in an ``ExceptionGroup``. If leaving also fails (a dispose, or one of the
+    service's own tasks), the body's exception still wins: each shutdown failure is
+    logged on ``dsh_subagent`` and attached to it as a note. Without a body exception,
+    shutdown failures are raised as an ``ExceptionGroup``.
     """
 
     def __init__(self) -> None:
@@ -190,11 +219,14 @@ class SubagentService:
             task_group.cancel_scope.cancel()
         finally:
             self._task_group = None
-            await task_group.__aexit__(exc_type, exc, tb)
+            await _leave_task_group(task_group, (exc_type, exc, tb), failures)
         if failures and exc is None:
             raise ExceptionGroup("subagent runs failed to dispose at service exit", failures)
         for failure in failures:
-            _log.error("subagent: dispose at service exit failed: %s", render_error(failure))
+            line = f"subagent: service exit failed: {render_error(failure)}"
+            _log.error("%s", line)
+            assert exc is not None
+            exc.add_note(line)
         return None
 
     async def _dispose_live(self, failures: list[Exception]) -> None:
