@@ -60,6 +60,8 @@ class Cell:
         pidfiles: Prelude pidfiles of escapees to check explicitly after disposal.
         xfail: A finding this cell reveals (kept ``xfail(strict=True)`` until fixed).
         timeout: Seconds the whole cell may take.
+        max_rss_growth: When set, the host's RSS may grow at most this many bytes above
+            its level before the cell, sampled throughout the cell.
     """
 
     provider: str
@@ -72,6 +74,7 @@ class Cell:
     pidfiles: tuple[str, ...] = ()
     xfail: str | None = None
     timeout: float = 30.0
+    max_rss_growth: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -13,6 +13,8 @@ from reliability.fakes import FakeSetup
 from reliability.profiles import Profile
 
 __all__ = [
+    "LONG_LINE_BYTES",
+    "LONG_LINE_RSS_BOUND",
     "crash_early",
     "daemon",
     "flood_stderr",
@@ -20,6 +22,7 @@ __all__ = [
     "grandchild",
     "hang_early",
     "ignore_term",
+    "long_line",
     "oversized_early",
     "oversized_line",
     "ready",
@@ -55,6 +58,17 @@ def flood_stdout(_setup: FakeSetup, profile: Profile) -> list[dict[str, Any]]:
 
 def oversized_early(_setup: FakeSetup, profile: Profile) -> list[dict[str, Any]]:
     return [{"do": "stdout_line", "bytes": profile.oversize_bytes}]
+
+
+LONG_LINE_BYTES = 256 * 1024 * 1024
+"""A 256 MiB line without a newline, in every profile."""
+
+LONG_LINE_RSS_BOUND = 64 * 1024 * 1024
+"""How much the host's RSS may grow while a product writes :data:`LONG_LINE_BYTES`."""
+
+
+def long_line(_setup: FakeSetup, _profile: Profile) -> list[dict[str, Any]]:
+    return [{"do": "endless_line", "bytes": LONG_LINE_BYTES}]
 
 
 def crash_early(_setup: FakeSetup, _profile: Profile) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from reliability.cell import ANSWER, Builder, Cell, Outcome
 from reliability.cell_parts import (
+    LONG_LINE_RSS_BOUND,
     crash_early,
     daemon,
     flood_stderr,
@@ -14,6 +15,7 @@ from reliability.cell_parts import (
     grandchild,
     hang_early,
     ignore_term,
+    long_line,
     oversized_early,
     ready,
     secret_text,
@@ -197,6 +199,20 @@ def claude_code_cells() -> list[Cell]:
             then(_claude_answer),
             (Outcome("error", "query-run", "line-too-long", check_exit=False),),
             prelude=oversized_early,
+        ),
+        # 256 MiB without a newline: the bounded line reader fails the line at its bound,
+        # so the host never holds more than the bound (ProductProvider.max_line_bytes).
+        Cell(
+            "claude-code",
+            "long-line-no-newline",
+            "initialize",
+            then(_claude_answer),
+            (
+                Outcome("error", "query-run", "line-too-long", check_exit=False),
+                Outcome("start-error", "query-start", "line-too-long", check_exit=False),
+            ),
+            prelude=long_line,
+            max_rss_growth=LONG_LINE_RSS_BOUND,
         ),
         # The cut frame and the exit arrive together: which the provider sees first is a
         # race, and both are documented outcomes (the Claude Code README's stage and category list).

@@ -9,11 +9,13 @@ from dsh_subagent import SubagentProvider
 
 from reliability.cell import ANSWER, Builder, Cell, Outcome
 from reliability.cell_parts import (
+    LONG_LINE_RSS_BOUND,
     daemon,
     flood_stderr,
     flood_stdout,
     grandchild,
     ignore_term,
+    long_line,
     oversized_line,
     ready,
     secret_text,
@@ -255,6 +257,17 @@ def codex_cells() -> list[Cell]:
             prelude=flood_stdout,
         ),
         Cell("codex", "malformed-frame", "turn", turn_then(garbage, answer), completed),
+        # 256 MiB without a newline before the handshake: the bounded line reader fails
+        # the line at its bound, so the host never holds more than the bound.
+        Cell(
+            "codex",
+            "long-line-no-newline",
+            "initialize",
+            turn_then(answer),
+            (Outcome("start-error", "initialize", "line-too-long", check_exit=False),),
+            prelude=long_line,
+            max_rss_growth=LONG_LINE_RSS_BOUND,
+        ),
         # Read below the provider's 32 MiB line bound (ci: 2 MiB); a longer line (nightly:
         # 64 MiB) fails the run instead of growing the host's memory.
         Cell(

@@ -16,6 +16,8 @@ fault without being edited. SPEC_JSON is a list of actions run in order:
 * ``{"do": "flood_stdout", "bytes": N}`` — N bytes of non-protocol stdout lines;
 * ``{"do": "stdout_line", "bytes": N}`` — one JSON object line of about N bytes that is
   not a protocol frame (an oversized frame before the handshake);
+* ``{"do": "endless_line", "bytes": N}`` — N bytes on stdout with no newline at all (a
+  reader that waits for the end of the line holds all of them); stops at a broken pipe;
 * ``{"do": "exit", "code": N}`` — crash before the fake ever runs (before any handshake);
 * ``{"do": "hang", "path": P}`` — write P, then block before the fake ever runs.
 
@@ -110,6 +112,14 @@ def run(action: dict[str, object]) -> None:
         view = memoryview(line)
         while view:
             view = view[os.write(1, view) :]
+    elif kind == "endless_line":
+        left = int(action["bytes"])  # type: ignore[call-overload]
+        block = memoryview(b"x" * 65536)
+        try:
+            while left > 0:
+                left -= os.write(1, block[: min(left, len(block))])
+        except BrokenPipeError:
+            os._exit(0)
     elif kind == "exit":
         os._exit(int(action["code"]))  # type: ignore[call-overload]
     elif kind == "hang":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import re
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -95,6 +96,7 @@ class CellReport:
         survivors: Processes of the tree alive after disposal.
         fd_leak: Descriptors still open beyond the count before the cell.
         seconds: Wall time of the cell.
+        rss_growth: Peak host RSS above its level before the cell (bytes), when sampled.
     """
 
     cell_id: str
@@ -104,6 +106,7 @@ class CellReport:
     survivors: list[str] = field(default_factory=list)
     fd_leak: int = 0
     seconds: float = 0.0
+    rss_growth: int | None = None
 
     @property
     def settled_correctly(self) -> bool:
@@ -271,6 +274,7 @@ async def run_cell(
     result: SubagentResult | None = None
     again: SubagentResult | None = None
     provider = cell.build(setup, profile)
+    sampler = RssSampler() if cell.max_rss_growth is not None else None
 
     async def starting() -> PublishedRun:
         try:
@@ -287,7 +291,7 @@ async def run_cell(
         cancel=controller.signal,
     )
     try:
-        with anyio.fail_after(cell.timeout):
+        with anyio.fail_after(cell.timeout), sampler or contextlib.nullcontext():
             async with SubagentService() as service:
                 service.add_listener(events.append)
                 service.register_provider(provider)
@@ -304,6 +308,13 @@ async def run_cell(
     except TimeoutError:
         report.problems.append(f"did not settle and dispose within {cell.timeout:.0f}s")
     report.seconds = time.monotonic() - started
+    if sampler is not None and cell.max_rss_growth is not None:
+        report.rss_growth = sampler.growth
+        if sampler.growth > cell.max_rss_growth:
+            report.problems.append(
+                f"host RSS grew by {sampler.growth / 2**20:.1f} MiB "
+                f"(bound {cell.max_rss_growth / 2**20:.0f} MiB)"
+            )
 
     error = holder.get("error")
     if isinstance(error, BaseException):
@@ -334,6 +345,37 @@ async def run_cell(
     gc.collect()
     report.fd_leak = await wait_fds_back(fds_before)
     return report
+
+
+class RssSampler:
+    """Samples this process's RSS from a thread while in use; ``growth`` is the peak
+    above the level at entry (a freed buffer would hide from a before/after pair)."""
+
+    def __init__(self, interval: float = 0.002) -> None:
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._me = psutil.Process()
+        self._base = 0
+        self._peak = 0
+
+    @property
+    def growth(self) -> int:
+        return max(0, self._peak - self._base)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._peak = max(self._peak, self._me.memory_info().rss)
+
+    def __enter__(self) -> RssSampler:
+        self._base = self._peak = self._me.memory_info().rss
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._peak = max(self._peak, self._me.memory_info().rss)
 
 
 def _kill_new(baseline: set[int]) -> None:
