@@ -133,11 +133,13 @@ def host_descendants() -> list[psutil.Process]:
     The trees the server guards are its descendants and are included: only the server
     itself, which outlives every tree, is left out.
     """
-    server = guard_server_pid()
     try:
         found = psutil.Process().children(recursive=True)
     except psutil.Error:
         return []
+    # Read after the listing: a server started meanwhile is registered by now, so it is
+    # never listed (a watch would otherwise remember it as a process that started).
+    server = guard_server_pid()
     return [proc for proc in found if proc.pid != server and is_live(proc)]
 
 
