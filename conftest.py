@@ -9,15 +9,11 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
-import time
 from collections.abc import Iterator
 
-import psutil
 import pytest
-from dsh_subprocess import guard_server_pid
+from dsh_subprocess.testing import ProcessWatch, become_subreaper
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -28,9 +24,7 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("DSH_HYPOTHESIS_PROFILE", "ci"))
 
-_PR_SET_CHILD_SUBREAPER = 36
-if sys.platform == "linux":
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+become_subreaper()
 
 _LEFTOVER_GRACE_SECONDS = 3.0
 
@@ -40,50 +34,11 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _live_descendants() -> dict[int, psutil.Process]:
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                found[proc.pid] = proc
-        except psutil.NoSuchProcess:
-            pass
-    return found
-
-
-def _leftovers(before: set[int]) -> dict[int, psutil.Process]:
-    # dsh_subprocess's per-host guard server is this process's long-lived helper, not a
-    # test's leftover; the product trees it guards are its descendants and still count.
-    server = guard_server_pid()
-    return {p: q for p, q in _live_descendants().items() if p not in before and p != server}
-
-
-def _reap_adopted_zombies() -> None:
-    for proc in psutil.Process().children():
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                os.waitpid(proc.pid, os.WNOHANG)
-        except (psutil.NoSuchProcess, ChildProcessError):
-            pass
-
-
 @pytest.fixture(autouse=True)
 def no_leftover_processes() -> Iterator[None]:
-    before = set(_live_descendants())
+    watch = ProcessWatch()
     yield
-    deadline = time.monotonic() + _LEFTOVER_GRACE_SECONDS
-    leftover = _leftovers(before)
-    while leftover and time.monotonic() < deadline:
-        time.sleep(0.02)
-        leftover = _leftovers(before)
-    described = []
-    for proc in leftover.values():
-        try:
-            described.append(f"{proc.pid} {proc.name()} {proc.cmdline()[:3]}")
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(list(leftover.values()), timeout=2)
-    _reap_adopted_zombies()
+    watch.wait_gone(_LEFTOVER_GRACE_SECONDS)
+    leftover = watch.kill_leftovers()
     if leftover:
-        pytest.fail("test left processes behind: " + "; ".join(described))
+        pytest.fail("test left processes behind: " + "; ".join(leftover))

@@ -13,7 +13,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import psutil
 from claude_agent_sdk import (
     ClaudeAgentOptions,
     HookContext,
@@ -35,6 +34,7 @@ from dsh_subagent import CancelController, SubagentService
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_claude_code.launch import build_sdk_options
 from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver, spawn
+from dsh_subprocess.testing import ProcessWatch, alive
 
 from bench.bench_codex import start_request
 from bench.bench_common import (
@@ -43,7 +43,6 @@ from bench.bench_common import (
     Samples,
     clock,
     interleave_many,
-    live_descendants,
     temp_root,
 )
 
@@ -206,7 +205,7 @@ async def claude_cancel_sdk(root: Path) -> tuple[float, float]:
     with MessagesFixture([Hold()]) as fixture:
         home = keyless_claude_home(_mkdir(root), fixture.base_url)
         options = official_options(home)
-        before = set(live_descendants())
+        watch = ProcessWatch()
 
         async def consume() -> None:
             async for _message in query(prompt=TASK, options=options):
@@ -215,20 +214,13 @@ async def claude_cancel_sdk(root: Path) -> tuple[float, float]:
         async with anyio.create_task_group() as group:
             group.start_soon(consume)
             await anyio.to_thread.run_sync(fixture.wait_for_holds, 1, 60.0)
-            cli = [proc for pid, proc in live_descendants().items() if pid not in before]
+            cli = [seen.process for seen in watch.alive()]
             cancelled = clock()
             group.cancel_scope.cancel()
         settled = clock()
         with anyio.fail_after(30):
             # No event exists for a foreign process's exit: poll with a deadline.
-            while any(_alive(proc) for proc in cli):  # noqa: ASYNC110
+            while alive(cli):  # noqa: ASYNC110
                 await anyio.sleep(0.005)
         gone = clock()
     return settled - cancelled, gone - cancelled
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False

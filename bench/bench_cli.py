@@ -15,21 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from dsh_subprocess.testing import ProcessWatch, become_subreaper
 
-from bench.bench_common import (
-    DEFAULT,
-    PROFILES,
-    QUICK,
-    Profile,
-    become_subreaper,
-    collect_survivors,
-)
+from bench.bench_common import DEFAULT, PROFILES, QUICK, Profile
 from bench.bench_report import render_markdown
 
 __all__ = ["BENCHMARKS", "main", "run"]
 
 BENCHMARKS = ("P1", "P2", "P3", "P4", "P5")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+_SURVIVOR_GRACE_SECONDS = 1.0
 
 
 def _load() -> str:
@@ -93,6 +88,7 @@ async def run(profile: Profile, selected: tuple[str, ...]) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     for key in selected:
         begun = time.monotonic()
+        watch = ProcessWatch()
         try:
             result = await _RUNNERS[key](profile)
             result["error"] = None
@@ -101,7 +97,8 @@ async def run(profile: Profile, selected: tuple[str, ...]) -> dict[str, Any]:
             result = {"error": f"{type(exc).__name__}: {exc}"}
         # Every product process of the benchmark must be gone by now; anything left is
         # reported and then killed, so the next benchmark starts clean.
-        result["survivors"] = collect_survivors()
+        watch.wait_gone(_SURVIVOR_GRACE_SECONDS)
+        result["survivors"] = watch.kill_leftovers()
         result["duration_s"] = time.monotonic() - begun
         result["load_after"] = _load()
         results[key] = result

@@ -1,12 +1,9 @@
-"""Shared machinery: profiles, paired A/B sampling, statistics, survivors, RSS sampling."""
+"""Shared machinery: profiles, paired A/B sampling, statistics, RSS sampling."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -16,23 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from dsh_subprocess.testing import host_descendants
 
 __all__ = [
     "Comparison",
     "Profile",
     "RssSampler",
     "Samples",
-    "become_subreaper",
     "clock",
-    "collect_survivors",
     "interleave",
     "interleave_many",
-    "live_descendants",
     "temp_root",
 ]
-
-_PR_SET_CHILD_SUBREAPER = 36
 
 clock = time.perf_counter
 
@@ -185,49 +176,6 @@ async def interleave_many(
             if index >= warmup:
                 bucket.append(value)
     return samples
-
-
-def become_subreaper() -> None:
-    """Adopt orphaned descendants, so a product process that escaped cannot hide (Linux)."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-def live_descendants() -> dict[int, psutil.Process]:
-    """Every live (non-zombie) descendant of this process, less its guard server.
-
-    dsh_subprocess's per-host guard server is the host's long-lived helper, not a
-    survivor; the product trees it guards are its descendants and still count.
-    """
-    return {proc.pid: proc for proc in host_descendants()}
-
-
-def _reap_zombies() -> None:
-    for proc in psutil.Process().children():
-        with contextlib.suppress(psutil.Error, ChildProcessError):
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                os.waitpid(proc.pid, os.WNOHANG)
-
-
-def collect_survivors(grace: float = 1.0) -> list[str]:
-    """Describe (then kill) every descendant still alive ``grace`` seconds from now.
-
-    Only processes this benchmark run started can be descendants of it; killing them is
-    the bench cleaning up after itself, and the description is what gets reported.
-    """
-    deadline = time.monotonic() + grace
-    alive = live_descendants()
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.02)
-        alive = live_descendants()
-    described: list[str] = []
-    for proc in alive.values():
-        with contextlib.suppress(psutil.Error):
-            described.append(f"{proc.pid} {proc.name()}")
-            proc.kill()
-    psutil.wait_procs(list(alive.values()), timeout=2)
-    _reap_zombies()
-    return described
 
 
 @contextlib.contextmanager

@@ -21,9 +21,10 @@ from typing import Any
 import anyio
 from dsh_contract_tests.fixtures.responses import PlainAnswer, ResponsesFixture
 from dsh_subagent import SubagentService
+from dsh_subprocess.testing import ProcessWatch
 
 from bench.bench_codex import ANSWER, CodexHome, codex_home, start_request
-from bench.bench_common import Profile, RssSampler, clock, live_descendants, temp_root
+from bench.bench_common import Profile, RssSampler, clock, temp_root
 
 __all__ = ["ScaleRow", "run_p5"]
 
@@ -82,6 +83,7 @@ class ScaleRow:
 async def _batch(
     service: SubagentService, homes: list[CodexHome], fixture: ResponsesFixture, n: int
 ) -> tuple[float, int, int, float, float]:
+    watch = ProcessWatch()
     fixture.enqueue(*[PlainAnswer(ANSWER)] * n)
     outcomes: list[bool] = []
 
@@ -99,7 +101,7 @@ async def _batch(
             for index in range(n):
                 group.start_soon(one, index)
         wall = clock() - started
-    survivors = len(live_descendants())
+    survivors = len(watch.alive())
     return wall, sum(outcomes), survivors, rss.growth / n / _MIB, rss.peak_tree / _MIB
 
 

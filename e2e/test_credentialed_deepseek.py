@@ -34,11 +34,11 @@ from typing import Any, Final
 import pytest
 from dsh_cli.demo import deepseek_claude_env
 from dsh_cli.loader import compose
-from dsh_cli.processwatch import ProcessWatch
 from dsh_cli.profile import Profile, ProviderRow
 from dsh_cli.runtime import delegate, open_runtime
 from dsh_contract_tests.fixtures import responses
 from dsh_subagent import COMPLETED, CancelController, ParentContext, SubagentResult
+from dsh_subprocess.testing import ProcessWatch
 
 DEEPSEEK_BASE_URL: Final = "https://api.deepseek.com"
 CHAT_MODEL: Final = "deepseek-v4-flash"
@@ -413,7 +413,7 @@ async def codex_via_bridge(root: Path, api_key: str, upstream: str) -> Bridge:
     assert result.text.strip() == nonce
     assert (bridge.state.requests, bridge.state.completed) == (1, 1)
     assert any(p.name == "codex" for p in watch.seen)
-    assert watch.survivors() == ()
+    assert watch.alive() == []
     _assert_no_file_holds(root, api_key)
     return bridge
 
@@ -429,7 +429,7 @@ async def claude_direct(root: Path, api_key: str, anthropic_base_url: str) -> No
     assert result.stop_reason == COMPLETED, result.diagnostic
     assert result.text.strip() == nonce
     assert any(p.name == "claude" for p in watch.seen)
-    assert watch.survivors() == ()
+    assert watch.alive() == []
     _assert_no_file_holds(root, api_key)
 
 

@@ -21,11 +21,11 @@ import psutil
 import pytest
 from dsh_cli.cli import main
 from dsh_cli.loader import load_profile
-from dsh_cli.processwatch import ProcessWatch
 from dsh_cli.runtime import open_runtime
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_subagent import CancelController, ParentContext
 from dsh_subagent.tool import ToolCallContext, run_tool_call
+from dsh_subprocess.testing import ProcessWatch
 
 pytestmark = pytest.mark.keyless
 
@@ -128,7 +128,7 @@ def test_cli_run_codex_foreground(products: Products, capsys: pytest.CaptureFixt
     assert captured.out == CODEX_ANSWER + "\n"
     _assert_codex_request(products)
     assert any(p.name == "codex" for p in watch.seen), watch.seen
-    assert watch.survivors() == ()
+    assert watch.alive() == []
 
 
 def test_cli_run_claude_code_foreground(
@@ -150,7 +150,7 @@ def test_cli_run_claude_code_foreground(
     assert captured.out == CLAUDE_ANSWER + "\n"
     _assert_claude_request(products)
     assert any(p.name == "claude" for p in watch.seen)
-    assert watch.survivors() == ()
+    assert watch.alive() == []
 
 
 def test_cli_run_reports_a_real_product_failure_with_its_exit_code(
@@ -218,7 +218,7 @@ async def test_loader_tools_foreground_and_background_with_job_tools(products: P
     _assert_claude_request(products)
     assert len(products.codex_model.requests) == 2
     assert {"codex", "claude"} <= {p.name for p in watch.seen}
-    assert watch.survivors() == ()
+    assert watch.alive() == []
 
 
 @pytest.mark.anyio
@@ -284,4 +284,4 @@ def test_cli_run_background_collects_the_real_product_job(
     assert captured.out == CODEX_ANSWER + "\n"
     assert "started background subagent job subagent-1" in captured.err
     _assert_codex_request(products)
-    assert watch.survivors() == ()
+    assert watch.alive() == []

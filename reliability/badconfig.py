@@ -24,11 +24,11 @@ from dsh_subagent import (
     SubagentError,
     TextBlock,
 )
+from dsh_subprocess.testing import ProcessWatch
 
 from reliability.cells import ANSWER
 from reliability.fakes import FakeSetup
 from reliability.planted import Planted
-from reliability.probes import live_descendants
 
 __all__ = [
     "CaseReport",
@@ -181,13 +181,13 @@ def _profile(case: ConfigCase, root: Path) -> dict[str, Any]:
 
 def run_config_case(case: ConfigCase, root: Path) -> CaseReport:
     """Load the case's profile through the Loader; it must be refused naming the field."""
-    before = set(live_descendants())
+    watch = ProcessWatch()
     raw = _profile(case, root)
     try:
         compose(parse_profile(raw, "bad.toml"), source="bad.toml")
     except ProfileError as exc:
         message = str(exc)
-        started = len(set(live_descendants()) - before)
+        started = len(watch.alive())
         # The whole path may go deeper (``config.env.NAME``); it must start at the field.
         named = re.search(rf"field '(config\.)?{re.escape(case.field)}(\.[^']*)?'", message)
         ok = named is not None and started == 0
@@ -231,7 +231,7 @@ async def run_task_case(product: str, label: str, root: Path) -> CaseReport:
         provider = setup.claude([{"op": "result", "result": ANSWER}])
     else:
         provider = setup.acp({})
-    before = set(live_descendants())
+    watch = ProcessWatch()
     outcome = "accepted"
     no_cwd = label == "no-working-directory"
     async with anyio.create_task_group() as tg:
@@ -254,7 +254,7 @@ async def run_task_case(product: str, label: str, root: Path) -> CaseReport:
             outcome = f"{exc.code}: {exc.message}"
         else:
             await run.dispose()
-    started = len(set(live_descendants()) - before) + setup.started_marker.exists()
+    started = len(watch.alive()) + setup.started_marker.exists()
     named = "working directory" in outcome if no_cwd else "task" in outcome
     ok = outcome != "accepted" and named and started == 0
     return CaseReport(f"{product}.start={label}", ok, outcome, started)

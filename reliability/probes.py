@@ -1,61 +1,21 @@
-"""Process-tree and file-descriptor probes shared by every reliability check."""
+"""Descriptor and pidfile probes shared by every reliability check.
+
+The process watch itself (subreaper, new descendants, leftovers) is
+:class:`dsh_subprocess.testing.ProcessWatch`.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import sys
 import time
 from pathlib import Path
 
 import anyio
 import psutil
 from dsh_subprocess import guard_server_pid
-from dsh_subprocess.testing import host_descendants
 
-__all__ = [
-    "become_subreaper",
-    "fd_count",
-    "live_descendants",
-    "open_fds",
-    "pid_alive",
-    "reap_adopted_zombies",
-    "wait_fds_back",
-]
-
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper() -> None:
-    """Adopt orphaned descendants (Linux), so an escapee cannot hide from the probes.
-
-    The root ``conftest.py`` does the same for pytest; ``python -m reliability`` calls it.
-    """
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-def live_descendants() -> dict[int, psutil.Process]:
-    """Every live (non-zombie) descendant of this process, less its guard server.
-
-    dsh_subprocess's per-host guard server is the host's long-lived helper, not a
-    survivor; the product trees it guards are its descendants and still count.
-    """
-    return {proc.pid: proc for proc in host_descendants()}
-
-
-def reap_adopted_zombies() -> None:
-    """Reap zombie children this process adopted as a subreaper.
-
-    Call it only when no managed process of ours is still being waited for.
-    """
-    for proc in psutil.Process().children():
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                os.waitpid(proc.pid, os.WNOHANG)
-        except (psutil.NoSuchProcess, ChildProcessError):
-            pass
+__all__ = ["fd_count", "open_fds", "pid_alive", "wait_fds_back"]
 
 
 def open_fds() -> dict[int, str]:

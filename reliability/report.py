@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+from dsh_subprocess.testing import become_subreaper
 
 from reliability.badconfig import config_cases, run_config_case, run_task_case, task_cases
 from reliability.cells import all_cells
 from reliability.hostdeath import kill_host
-from reliability.probes import become_subreaper
 from reliability.profiles import PROFILES, Profile
 from reliability.runner import run_cell
 from reliability.storm import run_storm

@@ -34,19 +34,14 @@ from dsh_subagent import (
     TextBlock,
 )
 from dsh_subagent.tool import render_foreground_failure
+from dsh_subprocess.testing import ProcessWatch
 from dsh_tool_jobs.background import settle_start
 from dsh_tool_jobs.model import JobOutcome
 
 from reliability.cells import ANSWER, Cell, Outcome
 from reliability.fakes import FakeSetup
 from reliability.planted import Planted, find_leaks
-from reliability.probes import (
-    fd_count,
-    live_descendants,
-    pid_alive,
-    reap_adopted_zombies,
-    wait_fds_back,
-)
+from reliability.probes import fd_count, pid_alive, wait_fds_back
 from reliability.profiles import Profile
 
 __all__ = ["CellReport", "SafeLine", "parse_safe_line", "run_cell"]
@@ -257,14 +252,14 @@ async def run_cell(
 ) -> CellReport:
     """Run ``cell`` in ``root`` (a fresh directory) and judge everything it left.
 
-    The caller must be a subreaper (see :func:`reliability.probes.become_subreaper`) and
+    The caller must be a subreaper (see :func:`dsh_subprocess.testing.become_subreaper`) and
     must not run other product processes meanwhile: survivors are found as new
     descendants of this process.
     """
     report = CellReport(cell.id)
     setup = FakeSetup(root=root, planted=planted or Planted())
     setup.prelude = cell.prelude(setup, profile)
-    baseline = set(live_descendants())
+    watch = ProcessWatch()
     fds_before = fd_count()
     started = time.monotonic()
     events: list[SubagentEvent] = []
@@ -329,17 +324,12 @@ async def run_cell(
         setup.planted,
         _surfaces(result, error if isinstance(error, BaseException) else None, events, job),
     )
-    for pid, proc in live_descendants().items():
-        if pid not in baseline:
-            try:
-                report.survivors.append(f"{pid} {proc.name()} {proc.cmdline()[:4]}")
-            except Exception:
-                report.survivors.append(str(pid))
+    # Killed as well as reported, so the next cell starts clean.
+    report.survivors += watch.kill_leftovers()
     for name in cell.pidfiles:
         escapee = pid_alive(setup.pidfile(name))
         if escapee is not None and not any(s.startswith(f"{escapee} ") for s in report.survivors):
             report.survivors.append(f"{escapee} ({name})")
-    _kill_new(baseline)
     # Collect now, so an abandoned async generator or unclosed resource of this cell is
     # reported against this cell rather than whichever test happens to run the GC.
     gc.collect()
@@ -376,13 +366,3 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         self._peak = max(self._peak, self._me.memory_info().rss)
-
-
-def _kill_new(baseline: set[int]) -> None:
-    """Kill (by pid) what a failed cell left, so the next cell starts clean."""
-    leftover = [proc for pid, proc in live_descendants().items() if pid not in baseline]
-    for proc in leftover:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    psutil.wait_procs(leftover, timeout=2)
-    reap_adopted_zombies()

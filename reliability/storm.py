@@ -33,11 +33,12 @@ from dsh_subagent import (
     SubagentStartRequest,
     TextBlock,
 )
+from dsh_subprocess.testing import ProcessWatch
 
 from reliability.cells import ANSWER
 from reliability.fakes import FakeSetup
 from reliability.planted import Planted, find_leaks
-from reliability.probes import fd_count, live_descendants, reap_adopted_zombies, wait_fds_back
+from reliability.probes import fd_count, wait_fds_back
 
 __all__ = ["CANCEL_POINTS", "StormReport", "run_storm"]
 
@@ -249,7 +250,7 @@ async def run_storm(
     report = StormReport(seed=seed if seed is not None else random.randrange(2**32))
     rng = random.Random(report.seed)
     events: list[SubagentEvent] = []
-    baseline = set(live_descendants())
+    watch = ProcessWatch()
     fds_before = fd_count()
     rss_before = psutil.Process().memory_info().rss
     started = time.monotonic()
@@ -274,11 +275,7 @@ async def run_storm(
                 tg.start_soon(limited, index, point, product, service)
     report.seconds = time.monotonic() - started
     _check_events(events, report)
-    for pid, proc in live_descendants().items():
-        if pid not in baseline:
-            report.survivors.append(f"{pid} {proc.name()}")
-            proc.kill()
-    reap_adopted_zombies()
+    report.survivors += watch.kill_leftovers()
     gc.collect()  # surface abandoned generators/resources inside this call
     report.fd_leak = await wait_fds_back(fds_before)
     report.rss_growth = psutil.Process().memory_info().rss - rss_before

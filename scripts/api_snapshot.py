@@ -20,6 +20,8 @@ SNAPSHOT_DIR = Path(__file__).resolve().parent / "api_snapshots"
 
 DISTRIBUTIONS = {
     "dsh-subprocess": "dsh_subprocess",
+    # A second public module of dsh-subprocess: the process watch the kit builds on.
+    "dsh-subprocess.testing": "dsh_subprocess.testing",
     "dsh-subagent": "dsh_subagent",
     "dsh-tool-jobs": "dsh_tool_jobs",
     "dsh-subagent-codex": "dsh_subagent_codex",

@@ -37,10 +37,10 @@ from dsh_subagent import (
     SubagentError,
     SubagentResult,
 )
+from dsh_subprocess.testing import ProcessWatch, become_subreaper, reap_adopted_zombies
 
 from dsh_cli.errors import DshCliError
 from dsh_cli.loader import Composition, compose
-from dsh_cli.processwatch import ProcessWatch, become_subreaper
 from dsh_cli.profile import JobsSection, Profile, ProviderRow, ToolRow
 from dsh_cli.runtime import Runtime, delegate, open_runtime
 
@@ -228,7 +228,8 @@ def run_demo(
             parent = ParentContext(session_id="dsh-demo", cwd=str(workspace))
             with ProcessWatch() as watch:
                 outcomes = anyio.run(_delegate_all, composition, jobs, parent, err)
-            survivors = watch.survivors()
+            survivors = watch.alive()
+            reap_adopted_zombies()  # every delegation has settled: nothing is waited for
             ok = _report(out, jobs, outcomes, resp, msgs, deepseek)
             seen = watch.seen
     finally:

@@ -4,21 +4,77 @@ Processes are held as psutil handles fenced on their create time, so a reused pi
 never mistaken for a survivor; a zombie counts as gone. :func:`host_descendants` and
 :func:`product_roots` see this host's process tree the way a leftover check should: the
 guard server is the host's own long-lived helper, and guards are plumbing.
+
+:class:`ProcessWatch` is the leftover check itself: it records a baseline, lists what
+started since, waits for it to go, and kills and describes what did not. Call
+:func:`become_subreaper` first (Linux) so that a descendant which escapes into its own
+session is re-parented to this process and stays visible instead of vanishing under init.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import math
 import os
+import select
+import shlex
+import sys
+import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
 
 import psutil
 
 from ._guard_server import GUARD_PATH, guard_server_pid
 from ._tree import is_live
 
-__all__ = ["alive", "host_descendants", "product_roots", "snapshot", "wait_gone"]
+__all__ = [
+    "ProcessWatch",
+    "SeenProcess",
+    "alive",
+    "become_subreaper",
+    "host_descendants",
+    "product_roots",
+    "reap_adopted_zombies",
+    "snapshot",
+    "wait_gone",
+]
+
+_PR_SET_CHILD_SUBREAPER = 36
+_ARGV_KEPT = 8  # arguments kept per seen process: a product chooses its children's argv
+_ARG_CHARS = 120
+_KILL_WAIT_SECONDS = 2.0
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux); return whether it is one now.
+
+    An orphaned descendant (say a ``setsid`` grandchild whose parent exited) is then
+    re-parented to this process instead of to init, so it stays in
+    :func:`host_descendants`; this process must then reap what it adopts
+    (:func:`reap_adopted_zombies`). Repeating the call is harmless. Elsewhere it does
+    nothing and returns ``False``. A library never calls it: only a test process or a
+    program that watches its own tree on purpose.
+    """
+    if sys.platform != "linux":
+        return False
+    status: int = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    return status == 0
+
+
+def reap_adopted_zombies() -> None:
+    """Reap every zombie child of this process (the orphans a subreaper adopted).
+
+    Call it only when no process this host manages is still being waited for: a managed
+    child's exit status would be taken from its owner.
+    """
+    for proc in psutil.Process().children():
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(proc.pid, os.WNOHANG)
 
 
 def snapshot(pids: Iterable[int]) -> list[psutil.Process]:
@@ -35,12 +91,39 @@ def alive(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
     return [proc for proc in procs if is_live(proc)]
 
 
+def _wait_for_an_exit(procs: list[psutil.Process], timeout: float) -> None:
+    """Block until one of ``procs`` exits or ``timeout`` seconds pass.
+
+    A pidfd (Linux 5.3+) becomes readable when its process exits, so this waits on the
+    exit itself; where there is none it sleeps a hundredth of a second instead.
+    """
+    fds: list[int] = []
+    try:
+        for proc in procs:
+            try:
+                fds.append(os.pidfd_open(proc.pid))
+            except ProcessLookupError:
+                return  # gone already
+            except (AttributeError, OSError):
+                time.sleep(min(timeout, 0.01))
+                return
+            if not proc.is_running():
+                return  # the pid was reused after our process exited
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        poller.poll(max(1, math.ceil(timeout * 1000)))
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def wait_gone(procs: Iterable[psutil.Process], within: float) -> list[psutil.Process]:
     """Block until none of ``procs`` runs or ``within`` seconds pass; return the survivors."""
     procs = list(procs)
     deadline = time.monotonic() + within
-    while (left := alive(procs)) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    while (left := alive(procs)) and (remaining := deadline - time.monotonic()) > 0:
+        _wait_for_an_exit(left, remaining)
     return left
 
 
@@ -50,11 +133,13 @@ def host_descendants() -> list[psutil.Process]:
     The trees the server guards are its descendants and are included: only the server
     itself, which outlives every tree, is left out.
     """
-    server = guard_server_pid()
     try:
         found = psutil.Process().children(recursive=True)
     except psutil.Error:
         return []
+    # Read after the listing: a server started meanwhile is registered by now, so it is
+    # never listed (a watch would otherwise remember it as a process that started).
+    server = guard_server_pid()
     return [proc for proc in found if proc.pid != server and is_live(proc)]
 
 
@@ -85,3 +170,134 @@ def product_roots() -> list[psutil.Process]:
         if parent.pid == os.getpid() or _is_guard(parent):
             roots.append(proc)
     return roots
+
+
+@dataclass(frozen=True, slots=True)
+class SeenProcess:
+    """A process a :class:`ProcessWatch` saw start, as it was when last seen.
+
+    ``argv`` keeps at most 8 arguments of at most 120 characters each: a product picks
+    its own children's command lines. ``str()`` gives ``"<pid> (<name>) <argv>"``.
+    """
+
+    pid: int
+    name: str
+    argv: tuple[str, ...]
+    process: psutil.Process = field(repr=False, compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.pid} ({self.name}) {shlex.join(self.argv)}".rstrip()
+
+
+def _key(proc: psutil.Process) -> tuple[int, float] | None:
+    try:
+        return proc.pid, proc.create_time()
+    except psutil.Error:
+        return None
+
+
+def _sighting(proc: psutil.Process, before: SeenProcess | None) -> SeenProcess | None:
+    try:
+        name = proc.name()
+        argv = tuple(arg[:_ARG_CHARS] for arg in proc.cmdline()[:_ARGV_KEPT])
+    except psutil.AccessDenied:
+        # Unreadable is not gone: it still runs and must still be listed.
+        return before or SeenProcess(proc.pid, "?", (), proc)
+    except psutil.Error:
+        return before  # it exited while being read
+    return SeenProcess(proc.pid, name, argv, proc)
+
+
+class ProcessWatch:
+    """The processes this host starts from now on: list them, wait for them, clean up.
+
+    Construction records a baseline: the host's live descendants (less its guard
+    server), fenced on create time. :meth:`alive` then lists every live process started
+    since: the new descendants, and any process seen before that is no longer a
+    descendant but still runs (it escaped while this process was no subreaper). Every
+    process listed is remembered in :attr:`seen`, latest sighting winning: a child
+    caught between fork and exec still carries its parent's name.
+
+    Used as a context manager, a daemon thread also samples every ``interval`` seconds,
+    so :attr:`seen` includes processes that came and went in between. The watch never
+    makes this process a subreaper by itself: see :func:`become_subreaper`.
+    """
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[int, float], SeenProcess] = {}
+        self._baseline = {key for proc in host_descendants() if (key := _key(proc))}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def alive(self) -> list[SeenProcess]:
+        """Every live process started since the baseline (and remember each as seen)."""
+        found = {key: proc for proc in host_descendants() if (key := _key(proc))}
+        with self._lock:
+            for key, proc in found.items():
+                if key in self._baseline:
+                    continue
+                if (seen := _sighting(proc, self._seen.get(key))) is not None:
+                    self._seen[key] = seen
+            return [
+                seen for key, seen in self._seen.items() if key in found or is_live(seen.process)
+            ]
+
+    @property
+    def seen(self) -> tuple[SeenProcess, ...]:
+        """Every process seen since the baseline, in order of first sighting."""
+        with self._lock:
+            return tuple(self._seen.values())
+
+    def product_roots(self) -> list[psutil.Process]:
+        """:func:`product_roots` among the processes started since the baseline."""
+        self.alive()
+        return [proc for proc in product_roots() if _key(proc) not in self._baseline]
+
+    def wait_gone(self, within: float) -> list[SeenProcess]:
+        """Wait until no process started since the baseline runs, at most ``within`` s.
+
+        Returns what still runs then. The list is taken afresh after every exit, so a
+        process started meanwhile is waited for too.
+        """
+        deadline = time.monotonic() + within
+        while (left := self.alive()) and (remaining := deadline - time.monotonic()) > 0:
+            _wait_for_an_exit([seen.process for seen in left], remaining)
+        return left
+
+    def kill_leftovers(self) -> list[str]:
+        """SIGKILL every process started since the baseline; describe each (``str``).
+
+        Waits for them to exit and reaps the zombies this process adopted (see
+        :func:`reap_adopted_zombies` for when that is safe). Empty when nothing was left.
+        """
+        leftover = self.alive()
+        for seen in leftover:
+            with contextlib.suppress(psutil.Error):
+                seen.process.kill()
+        wait_gone([seen.process for seen in leftover], _KILL_WAIT_SECONDS)
+        reap_adopted_zombies()
+        return [str(seen) for seen in leftover]
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.alive()
+
+    def __enter__(self) -> ProcessWatch:
+        if self._thread is not None:
+            raise RuntimeError("a ProcessWatch samples only once")
+        self._thread = threading.Thread(target=self._sample, name="dsh-process-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.alive()

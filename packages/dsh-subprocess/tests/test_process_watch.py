@@ -1,0 +1,146 @@
+"""ProcessWatch: what a test started since its baseline, seen even when it escaped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+from dsh_subprocess.testing import (
+    ProcessWatch,
+    become_subreaper,
+    reap_adopted_zombies,
+)
+
+# Raw children on purpose: the watch must see processes no dsh_subprocess handle owns.
+Child = subprocess.Popen  # noqa: TID251
+
+# The middle process starts a grandchild in a session of its own, prints its pid and
+# exits: the grandchild is an orphan that only a subreaper keeps in its tree.
+_ESCAPE = """
+import subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, start_new_session=True)
+print(child.pid, flush=True)
+"""
+
+
+@pytest.fixture
+def subreaper() -> None:
+    assert become_subreaper()
+
+
+def _escape(argv: list[str], **popen: object) -> psutil.Process:
+    """Start ``argv`` as an escaped grandchild; its handle once the middle has exited."""
+    middle = subprocess.run(
+        [sys.executable, "-c", _ESCAPE, *argv],
+        stdout=subprocess.PIPE,
+        check=True,
+        text=True,
+        **popen,  # type: ignore[call-overload]
+    )
+    return psutil.Process(int(middle.stdout))
+
+
+@pytest.fixture
+def sleeper() -> Iterator[Child[bytes]]:
+    proc = Child(["sleep", "300"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.usefixtures("subreaper")
+def test_an_escaped_grandchild_is_seen_and_described_with_pid_and_argv() -> None:
+    watch = ProcessWatch()
+    escaped = _escape(["sleep", "300"])
+    assert escaped.ppid() == os.getpid()  # adopted, not lost under init
+    assert [(s.pid, s.argv) for s in watch.alive()] == [(escaped.pid, ("sleep", "300"))]
+    assert watch.kill_leftovers() == [f"{escaped.pid} (sleep) sleep 300"]
+    assert watch.alive() == []
+    assert not escaped.is_running()
+
+
+def test_a_clean_tree_reports_nothing_and_the_baseline_is_not_reported(
+    sleeper: Child[bytes],
+) -> None:
+    watch = ProcessWatch()  # ``sleeper`` runs already: it is part of the baseline
+    subprocess.run(["true"], check=True)
+    assert watch.alive() == []
+    assert watch.wait_gone(within=0) == []
+    assert watch.kill_leftovers() == []
+    assert watch.seen == ()
+    assert sleeper.poll() is None  # the baseline was not killed
+
+
+@pytest.mark.usefixtures("subreaper")
+def test_an_adopted_zombie_counts_as_gone_and_is_reaped() -> None:
+    read_end, write_end = os.pipe()
+    watch = ProcessWatch()
+    try:
+        escaped = _escape(["cat"], stdin=read_end)
+    finally:
+        os.close(read_end)
+    assert escaped.ppid() == os.getpid()
+    assert [s.pid for s in watch.alive()] == [escaped.pid]
+    os.close(write_end)  # cat sees end of input and exits; nobody but us can reap it
+    assert watch.wait_gone(within=60) == []
+    assert escaped.status() == psutil.STATUS_ZOMBIE
+    reap_adopted_zombies()
+    with pytest.raises(psutil.NoSuchProcess):
+        escaped.status()
+
+
+def test_wait_gone_returns_what_still_runs_and_waits_for_what_exits() -> None:
+    watch = ProcessWatch()
+    stays = Child(["sleep", "300"])
+    exits: Child[bytes] | None = None
+    try:
+        assert [s.pid for s in watch.wait_gone(within=0)] == [stays.pid]
+        exits = Child(["cat"], stdin=subprocess.PIPE)
+        stays.kill()
+        assert exits.stdin is not None
+        exits.stdin.close()  # cat exits at end of input: wait_gone waits for that exit
+        assert watch.wait_gone(within=60) == []
+    finally:
+        stays.kill()
+        stays.wait()
+        if exits is not None:
+            exits.wait()
+    assert watch.seen[0].pid == stays.pid  # cat may have exited before it was ever listed
+
+
+def test_the_sampling_thread_remembers_a_process_that_came_and_went() -> None:
+    with ProcessWatch() as watch:
+        proc = Child([sys.executable, "-c", "input()"], stdin=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while proc.pid not in {s.pid for s in watch.seen} and time.monotonic() < deadline:
+            time.sleep(0.01)  # the sampler has no event to wait on
+        proc.communicate(b"\n")
+    assert [s.argv for s in watch.seen if s.pid == proc.pid] == [(sys.executable, "-c", "input()")]
+    assert watch.alive() == []
+
+
+def test_product_roots_are_only_the_new_ones(sleeper: Child[bytes]) -> None:
+    watch = ProcessWatch()
+    new = Child(["sleep", "300"])
+    try:
+        assert [p.pid for p in watch.product_roots()] == [new.pid]
+    finally:
+        new.kill()
+        new.wait()
+
+
+def test_a_long_command_line_is_kept_bounded() -> None:
+    watch = ProcessWatch()
+    argv = [sys.executable, "-c", "input()", *(["x" * 500] * 20)]
+    proc = Child(argv, stdin=subprocess.PIPE)
+    try:
+        (seen,) = watch.alive()
+        assert seen.argv == (sys.executable[:120], "-c", "input()", *(["x" * 120] * 5))
+        assert str(seen).startswith(f"{proc.pid} (")
+    finally:
+        proc.communicate(b"\n")
