@@ -1,4 +1,4 @@
-"""The one cancellation channel of a delegation (the seeds' request signal).
+"""The one cancellation channel of a delegation (a request's cancel signal).
 
 A :class:`CancelSignal` is handed to a provider inside the start request. Before
 publication an abort makes ``start()`` roll back and raise; after publication it makes

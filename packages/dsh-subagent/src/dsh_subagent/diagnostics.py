@@ -1,4 +1,4 @@
-"""Safe, bounded failure diagnostics (seed 000).
+"""Safe, bounded failure diagnostics (rules ``diagnostic:*`` in docs/rules.md).
 
 A diagnostic is non-assistant failure detail shown apart from a run's output. It is
 display text, never a protocol: consumers present it and do not parse it. Two rules
@@ -127,7 +127,7 @@ class ProductFailure:
 
 
 def format_product_failure(failure: ProductFailure, permission_fact: str | None = None) -> str:
-    """Render the fixed safe product failure line (seed 000).
+    """Render the fixed safe product failure line (``diagnostic:fixed-line``).
 
     The line reads ``Product subagent failure (product: <product>; stage: <stage>;
     category: <category>; HTTP status: <status>; exit code: <code>; signal: <signal>)``

@@ -1,4 +1,4 @@
-"""The standard published handle of an out-of-process child (seed 002).
+"""The standard published handle of an out-of-process child.
 
 Recipe for a product provider (see the package README for the full example):
 

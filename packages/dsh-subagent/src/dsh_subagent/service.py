@@ -1,8 +1,8 @@
 """``SubagentService``: the registry of named providers and the one way to start a run.
 
-``start(name, request)`` checks in a fixed order (seeds 002, 004) and every failure
-before publication raises a :class:`SubagentError`, publishes nothing and emits no
-event:
+``start(name, request)`` checks in a fixed order (``capability:refused-before-start``)
+and every failure before publication raises a :class:`SubagentError`, publishes nothing
+and emits no event:
 
 1. provider lookup → ``NO_PROVIDER``;
 2. capabilities, by presence (``is not None``), in the order agent_options →
@@ -65,7 +65,7 @@ MAX_SAFE_INTEGER: Final = 2**53 - 1
 SHUTDOWN_DRAIN_SECONDS: Final = 10.0
 """How long service exit waits, after disposing every run, for run tasks to finish."""
 
-# (request field, capability flag) in the seeds' check order.
+# (request field, capability flag) in the contract's check order.
 _GATED_FIELDS: Final = (
     ("agent_options", "agent_options"),
     ("output_schema", "output_schema"),

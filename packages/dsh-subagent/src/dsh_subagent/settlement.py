@@ -1,4 +1,4 @@
-"""Never-raising settlement of a published out-of-process run (seeds 002, 004).
+"""Never-raising settlement of a published out-of-process run (rules ``settlement:*``).
 
 Once a run is published, every failure must arrive as a :class:`SubagentResult`; a
 result that raises would surface from an uncontrolled place in the holder. The rules:
@@ -117,8 +117,8 @@ async def settle_run_result(
             return SubagentResult(output=_safe_output(collect_output), stop_reason=ABORTED)
         if result is not None:
             if result.diagnostic is not None:
-                # The shared result boundary bounds every diagnostic (seed 000), not only
-                # the flattened ones: a provider's own max-tokens diagnostic included.
+                # The shared result boundary bounds every diagnostic (``diagnostic:bounded``),
+                # not only the flattened ones: a provider's own max-tokens one included.
                 bounded = limit_diagnostic(result.diagnostic)
                 if bounded != result.diagnostic:
                     result = result.model_copy(update={"diagnostic": bounded})

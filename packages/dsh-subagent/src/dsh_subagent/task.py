@@ -1,7 +1,7 @@
 """Admission of a one-shot task for an out-of-process product.
 
 A product child receives text only, and an empty or blank task is refused before any
-process starts (issue 10: "blank or non-text task: a clear error ... zero processes").
+process starts: a clear error, and zero processes.
 """
 
 from __future__ import annotations

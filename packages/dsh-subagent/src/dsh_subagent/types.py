@@ -1,4 +1,4 @@
-"""The provider-neutral delegation contract (seeds 002, 004).
+"""The provider-neutral delegation contract (docs/rules.md).
 
 A :class:`SubagentProvider` turns one resolved start request into one published
 :class:`SubagentRun`. Everything a consumer learns about the child arrives as one
@@ -67,7 +67,7 @@ ContentBlock = TextBlock
 
 
 def text_of(blocks: tuple[ContentBlock, ...] | list[ContentBlock]) -> str:
-    """Concatenate the text of every text block, with no separator (the seeds' render rule)."""
+    """Concatenate the text of every text block, with no separator (the contract's render rule)."""
     return "".join(block.text for block in blocks if block.type == "text")
 
 

@@ -1,6 +1,6 @@
 """Configuration checks shared by out-of-process providers: numbers and the child's cwd.
 
-The child's working directory resolves in the seeds' order (seed 002):
+The child's working directory resolves in a fixed order (``cwd:*`` in docs/rules.md):
 
 1. a configured override, validated once at load (:func:`validate_configured_cwd`);
 2. else the parent session's cwd, probed at start (:func:`assert_usable_cwd`);
