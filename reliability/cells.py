@@ -116,6 +116,10 @@ def _oversized_early(_setup: FakeSetup, profile: Profile) -> list[dict[str, Any]
     return [{"do": "stdout_line", "bytes": profile.oversize_bytes}]
 
 
+def _endless_line(_setup: FakeSetup, _profile: Profile) -> list[dict[str, Any]]:
+    return [{"do": "endless_line", "bytes": 256 * 1024 * 1024}]
+
+
 def _crash_early(_setup: FakeSetup, _profile: Profile) -> list[dict[str, Any]]:
     return [{"do": "exit", "code": 3}]
 
@@ -761,13 +765,28 @@ def _acp_cells() -> list[Cell]:
             (Outcome("error", "prompt", "malformed-frame", check_exit=False),),
         ),
         # Written before the handshake: the agent's asyncio stdout is non-blocking later.
+        # A JSON line that is not a frame: malformed-frame within the provider's 16 MiB
+        # line bound (ci), line-too-long beyond it (nightly).
         Cell(
             "acp",
             "oversized-frame",
             "initialize",
             prompt(answer),
-            (Outcome("start-error", "initialize", "malformed-frame", check_exit=False),),
+            (
+                Outcome("start-error", "initialize", "malformed-frame", check_exit=False),
+                Outcome("start-error", "initialize", "line-too-long", check_exit=False),
+            ),
             prelude=_oversized_early,
+        ),
+        # 256 MiB without a newline: the bounded reader gives up at 16 MiB (the host's
+        # RSS bound is asserted by the package's own test).
+        Cell(
+            "acp",
+            "endless-line",
+            "initialize",
+            prompt(answer),
+            (Outcome("start-error", "initialize", "line-too-long", check_exit=False),),
+            prelude=_endless_line,
         ),
         Cell(
             "acp",

@@ -16,6 +16,8 @@ fault without being edited. SPEC_JSON is a list of actions run in order:
 * ``{"do": "flood_stdout", "bytes": N}`` — N bytes of non-protocol stdout lines;
 * ``{"do": "stdout_line", "bytes": N}`` — one JSON object line of about N bytes that is
   not a protocol frame (an oversized frame before the handshake);
+* ``{"do": "endless_line", "bytes": N}`` — N bytes of stdout with no newline, a MiB at a
+  time (blocks once the host stops reading; the fake never runs);
 * ``{"do": "exit", "code": N}`` — crash before the fake ever runs (before any handshake);
 * ``{"do": "hang", "path": P}`` — write P, then block before the fake ever runs.
 
@@ -110,6 +112,11 @@ def run(action: dict[str, object]) -> None:
         view = memoryview(line)
         while view:
             view = view[os.write(1, view) :]
+    elif kind == "endless_line":
+        chunk = memoryview(b"x" * (1 << 20))
+        left = int(action["bytes"])  # type: ignore[call-overload]
+        while left > 0:
+            left -= os.write(1, chunk[: min(left, len(chunk))])
     elif kind == "exit":
         os._exit(int(action["code"]))  # type: ignore[call-overload]
     elif kind == "hang":

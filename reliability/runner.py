@@ -22,6 +22,7 @@ from dsh_subagent import (
     CancelController,
     ParentContext,
     PublishedRun,
+    StartCancelledError,
     SubagentError,
     SubagentEvent,
     SubagentResult,
@@ -161,9 +162,10 @@ def _judge_start_error(
     reasons = []
     for expect in expects:
         if expect.kind == "start-aborted":
-            if "aborted" in message and line is None:
+            # The runtime's StartCancelledError; providers not yet on it say "aborted".
+            if (isinstance(error, StartCancelledError) or "aborted" in message) and line is None:
                 return observed, problems
-            reasons.append("not the fixed 'aborted' message")
+            reasons.append("not StartCancelledError nor the fixed 'aborted' message")
         elif expect.kind == "start-error":
             why = _match_line(expect, line)
             if why is None:
