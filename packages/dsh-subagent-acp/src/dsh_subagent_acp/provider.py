@@ -52,6 +52,8 @@ class AcpProvider(ProductProvider[AcpConfig]):
 
     def __init__(self, config: AcpConfig) -> None:
         super().__init__(config)
+        # The ACP session of each run, dropped with its child (the runtime's ProductChild
+        # carries no provider state of its own).
         self._sessions: weakref.WeakKeyDictionary[ProductChild, AcpSession] = (
             weakref.WeakKeyDictionary()
         )
@@ -68,6 +70,7 @@ class AcpProvider(ProductProvider[AcpConfig]):
             ProductStartError: Also when not running on asyncio (category
                 ``unsupported-backend``); nothing is spawned then.
         """
+        # Checked first: on a backend the library cannot run on, no request can start.
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -76,15 +79,19 @@ class AcpProvider(ProductProvider[AcpConfig]):
         return await super().start(request)
 
     def launch(self, cwd: str) -> Launch:
+        """``command + args``; the agent's own variables come from the ``env`` overlay."""
         return Launch(argv=(self.config.command, *self.config.args))
 
     async def open(self, child: ProductChild) -> None:
+        """``initialize`` (stage ``initialize``), then ``session/new`` (``session-new``)."""
         session = AcpSession(child, self.config)
         self._sessions[child] = session
         await session.open(child.cwd)
 
     async def run(self, child: ProductChild) -> SubagentResult:
+        """The one ``session/prompt``, its ``stopReason`` mapped to the result."""
         return await self._sessions[child].prompt()
 
     async def interrupt(self, child: ProductChild) -> None:
+        """``session/cancel`` when the turn is still open."""
         await self._sessions[child].cancel()
