@@ -24,7 +24,7 @@ from dsh_contract_tests.fixtures.responses import (
     write_codex_config,
 )
 from dsh_subagent import CancelController, SubagentProvider, SubagentService
-from dsh_subagent_acp import DEFAULT_DISPOSE_EOF_GRACE
+from dsh_subagent_acp.config import DEFAULT_DISPOSE_EOF_GRACE
 
 from bench.bench_claude import claude_cancel_ours, claude_cancel_sdk
 from bench.bench_codex import TASK, codex_home, start_request

@@ -7,10 +7,12 @@ from typing import Any, Final
 
 from reliability.cell import ANSWER, Builder, Cell, Outcome
 from reliability.cell_parts import (
+    LONG_LINE_RSS_BOUND,
     daemon,
     flood_stderr,
     flood_stdout,
     grandchild,
+    long_line,
     oversized_early,
     secret_text,
 )
@@ -178,13 +180,29 @@ def acp_cells() -> list[Cell]:
             (Outcome("error", "prompt", "malformed-frame", check_exit=False),),
         ),
         # Written before the handshake: the agent's asyncio stdout is non-blocking later.
+        # A JSON line that is not a frame: malformed-frame within the provider's 16 MiB
+        # line bound (ci), line-too-long beyond it (nightly).
         Cell(
             "acp",
             "oversized-frame",
             "initialize",
             prompt(answer),
-            (Outcome("start-error", "initialize", "malformed-frame", check_exit=False),),
+            (
+                Outcome("start-error", "initialize", "malformed-frame", check_exit=False),
+                Outcome("start-error", "initialize", "line-too-long", check_exit=False),
+            ),
             prelude=oversized_early,
+        ),
+        # 256 MiB without a newline: the bounded reader gives up at its 16 MiB bound, so
+        # the host never holds more than the bound.
+        Cell(
+            "acp",
+            "long-line-no-newline",
+            "initialize",
+            prompt(answer),
+            (Outcome("start-error", "initialize", "line-too-long", check_exit=False),),
+            prelude=long_line,
+            max_rss_growth=LONG_LINE_RSS_BOUND,
         ),
         Cell(
             "acp",

@@ -186,8 +186,7 @@ async def _one(
                 tg.cancel_scope.cancel()
                 allowed = point in ("before-start", "during-startup")
                 leaks = find_leaks(setup.planted, {"start error": str(exc)})
-                # The runtime's StartCancelledError; "aborted" is the pre-runtime wording.
-                cancelled = isinstance(exc, StartCancelledError) or "aborted" in str(exc)
+                cancelled = isinstance(exc, StartCancelledError)
                 if allowed and cancelled and not leaks:
                     report.settled_correctly += 1
                 else:

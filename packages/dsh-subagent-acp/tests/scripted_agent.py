@@ -17,8 +17,8 @@ Script keys (all optional except where a test needs them):
   it inherit the agent's stdout, so no EOF follows the agent's death.
 * ``initialize`` / ``session_new``: an action, ``{"do": ...}`` with ``ok`` (default),
   ``exit`` (+``code``), ``signal`` (+``signal``), ``error`` (+``message``), ``malformed``,
-  ``hang``, ``no_session_id`` (session_new only), ``protocol_version`` (+``value``,
-  initialize only).
+  ``long_line`` (+``bytes``), ``hang``, ``no_session_id`` (session_new only),
+  ``protocol_version`` (+``value``, initialize only).
 * ``contract``: follow the dsh contract kit's directive in the task text instead of
   ``prompt`` (``complete`` answers the token, ``fail`` writes the planted stderr line and
   answers a JSON-RPC error with the planted raw text, ``hold`` creates the ready file and
@@ -29,7 +29,9 @@ Script keys (all optional except where a test needs them):
   ``request`` (+``params``: any client method, result or error recorded),
   ``wait_cancel`` (wait for ``session/cancel``, then end ``cancelled``; with
   ``"then": "hang"`` keep hanging), ``hang``, ``exit``, ``signal``, ``malformed``,
-  ``error`` (JSON-RPC error with the given text), ``stop`` (the stop reason).
+  ``error`` (JSON-RPC error with the given text), ``long_line`` (that many bytes on
+  stdout with no newline, then hang), ``stderr`` (one line on stderr), ``stop`` (the
+  stop reason).
 """
 
 from __future__ import annotations
@@ -83,6 +85,21 @@ def die(action: dict[str, Any]) -> None:
         os.kill(os.getpid(), getattr(signal, name))
     if kind == "malformed":
         os.write(1, str(action.get("malformed", "this is not a JSON-RPC frame")).encode() + b"\n")
+    if kind == "long_line":
+        write_long_line(int(action.get("bytes", action.get("long_line", 0))))
+
+
+def write_long_line(size: int) -> None:
+    """``size`` bytes of stdout without a newline, written a MiB at a time.
+
+    Blocking on purpose: a bounded reader stops reading, and the write then blocks until
+    the agent is terminated.
+    """
+    os.set_blocking(1, True)
+    chunk = memoryview(b"x" * (1 << 20))
+    left = size
+    while left > 0:
+        left -= os.write(1, chunk[: min(left, len(chunk))])
 
 
 class ScriptedAgent:
@@ -96,9 +113,9 @@ class ScriptedAgent:
     async def _startup_action(self, key: str) -> None:
         action: dict[str, Any] = SCRIPT.get(key) or {"do": "ok"}
         kind = action.get("do", "ok")
-        if kind in ("exit", "signal", "malformed"):
+        if kind in ("exit", "signal", "malformed", "long_line"):
             die(action)
-            if kind == "malformed":
+            if kind in ("malformed", "long_line"):
                 await asyncio.Event().wait()
         if kind == "hang":
             await asyncio.Event().wait()
@@ -180,9 +197,12 @@ class ScriptedAgent:
                 raise RequestError(-32603, str(step["error"]), {"details": step["error"]})
             elif "exit" in step or "signal" in step:
                 die(step)
-            elif "malformed" in step:
+            elif "malformed" in step or "long_line" in step:
                 die(step)
                 await asyncio.Event().wait()
+            elif "stderr" in step:
+                sys.stderr.write(str(step["stderr"]) + "\n")
+                sys.stderr.flush()
             elif "stop" in step:
                 stop = step["stop"]
         return PromptResponse(stop_reason=stop)

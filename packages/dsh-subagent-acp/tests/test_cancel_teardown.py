@@ -14,7 +14,13 @@ from acp_harness import (
     started_run,
     wait_until_recorded,
 )
-from dsh_subagent import CancelController, ProductStartError, ProductTeardownError
+from dsh_subagent import (
+    CancelController,
+    ProductStartError,
+    ProductTeardownError,
+    StartCancelledError,
+    SubagentErrorCode,
+)
 from dsh_subprocess import DshSubprocessError, ExitFacts, ManagedProcess
 
 
@@ -26,7 +32,7 @@ def anyio_backend() -> str:
 
 pytestmark = pytest.mark.anyio
 
-ABORTED = "subagent-acp: request was aborted before the ACP agent started"
+ABORTED = "subagent-acp: the request was cancelled before the run was published"
 
 
 async def test_pre_aborted_request_spawns_nothing(tmp_path: Path) -> None:
@@ -34,10 +40,12 @@ async def test_pre_aborted_request_spawns_nothing(tmp_path: Path) -> None:
     controller = CancelController()
     controller.cancel()
     async with anyio.create_task_group() as tg:
-        with pytest.raises(ProductStartError, match=r"^subagent-acp: request was aborted"):
+        with pytest.raises(StartCancelledError) as caught:
             await agent.provider().start(
                 make_request(tg, cwd=str(agent.workspace), controller=controller)
             )
+    assert caught.value.message == ABORTED
+    assert caught.value.code == SubagentErrorCode.START_CANCELLED
     assert agent.records() == []
 
 
@@ -58,7 +66,7 @@ async def test_cancel_during_startup_rolls_back(
                 controller.cancel()
 
             tg.start_soon(cancel_when_waiting)
-            with pytest.raises(ProductStartError) as caught:
+            with pytest.raises(StartCancelledError) as caught:
                 await provider.start(
                     make_request(tg, cwd=str(agent.workspace), controller=controller)
                 )

@@ -10,12 +10,8 @@ from typing import Any
 
 import pytest
 from dsh_subagent import NO_START_CAPABILITIES
-from dsh_subagent_acp import (
-    DEFAULT_DISPOSE_EOF_GRACE,
-    DEFAULT_DISPOSE_GRACE,
-    AcpConfig,
-    AcpProvider,
-)
+from dsh_subagent_acp import AcpConfig, AcpProvider
+from dsh_subagent_acp.config import DEFAULT_DISPOSE_EOF_GRACE, DEFAULT_DISPOSE_GRACE
 from pydantic import ValidationError
 
 
@@ -60,8 +56,10 @@ def test_invalid_values_rejected_at_load(overrides: dict[str, Any]) -> None:
 
 
 def test_grace_message_names_the_key() -> None:
-    with pytest.raises(ValidationError, match="subagent-acp: dispose_grace must be a positive"):
+    with pytest.raises(ValidationError, match=r"dispose_grace\n.*must be a positive finite"):
         AcpConfig(command="agent", dispose_grace=-2)
+    with pytest.raises(ValidationError, match=r"dispose_eof_grace\n.*must be a positive finite"):
+        AcpConfig(command="agent", dispose_eof_grace=-2)
 
 
 def test_empty_cwd_rejected_with_reason() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
-from acp_harness import Scripted, delegate, make_request, pid_alive
+from acp_harness import Scripted, delegate, make_request, pid_alive, started_run
 from dsh_subagent import ProductStartError, SubagentError, SubagentErrorCode, TextBlock
 from dsh_subagent_acp import AcpConfig, AcpProvider
 
@@ -80,8 +80,9 @@ async def test_spawn_failure(tmp_path: Path) -> None:
     async with anyio.create_task_group() as tg:
         with pytest.raises(ProductStartError) as caught:
             await provider.start(make_request(tg, cwd=str(tmp_path)))
+    # The runtime's own stage for a program that could not be started (was "initialize").
     assert caught.value.message == "subagent-acp: " + LINE.format(
-        stage="initialize", category="spawn-failed", extra=""
+        stage="spawn", category="spawn-failed", extra=""
     )
     assert str(tmp_path) not in caught.value.message
 
@@ -94,6 +95,7 @@ PROMPT_CASES = [
     ({"malformed": SECRET}, "prompt", "malformed-frame", ""),
     ({"malformed": '{"jsonrpc": "2.0"}'}, "prompt", "malformed-frame", ""),
     ({"malformed": "[1, 2, 3]"}, "prompt", "malformed-frame", ""),
+    ({"malformed": "null"}, "prompt", "malformed-frame", ""),
     ({"error": SECRET}, "prompt", "error-response", ""),
 ]
 
@@ -113,11 +115,14 @@ async def test_failure_log_line_is_the_safe_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     agent = Scripted(tmp_path, {"prompt": [{"error": SECRET}]})
-    with caplog.at_level("WARNING", logger="dsh_subagent_acp"):
-        await delegate(agent.provider(provider_name="acp-x"), cwd=str(agent.workspace))
-    (record,) = [r for r in caplog.records if r.name == "dsh_subagent_acp"]
+    with caplog.at_level("WARNING", logger="dsh_subagent"):
+        async with started_run(
+            agent.provider(provider_name="acp-x"), cwd=str(agent.workspace)
+        ) as run:
+            await run.result()
+    (record,) = [r for r in caplog.records if r.name == "dsh_subagent"]
     assert record.getMessage() == (
-        'subagent-acp "acp-x": child run failed (error): '
+        f'subagent-acp "acp-x": run {run.id} failed (error): '
         + LINE.format(stage="prompt", category="error-response", extra="")
     )
     assert "SECRET" not in caplog.text

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from acp.schema import PermissionOption
-from dsh_subagent_acp import answer_permission, map_stop_reason
+from dsh_subagent_acp.permissions import answer_permission
+from dsh_subagent_acp.stop_reasons import map_stop_reason
 
 
 @pytest.mark.parametrize(

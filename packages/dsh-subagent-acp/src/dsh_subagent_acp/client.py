@@ -20,6 +20,7 @@ from acp.schema import (
     RequestPermissionResponse,
     TextContentBlock,
 )
+from dsh_subagent import ContentBlock, TextBlock
 
 from dsh_subagent_acp.config import PermissionPolicy
 from dsh_subagent_acp.permissions import answer_permission
@@ -34,6 +35,10 @@ def _refuse(method: str) -> NoReturn:
 class AcpSessionClient:
     """Collects one session's answer and answers its permission requests.
 
+    Args:
+        policy: The unattended permission policy.
+        output: Where each answer chunk is appended as it arrives (the run's output).
+
     Attributes:
         session_id: The session whose updates count; ``None`` until ``session/new``
             answered (updates before that are ignored).
@@ -41,24 +46,28 @@ class AcpSessionClient:
         approved_requests: How many of them were approved (only under ``allow``).
     """
 
-    def __init__(self, policy: PermissionPolicy) -> None:
+    def __init__(self, policy: PermissionPolicy, output: list[ContentBlock]) -> None:
         self._policy = policy
-        self._chunks: list[str] = []
+        self._output = output
         self.session_id: str | None = None
         self.permission_requests = 0
         self.approved_requests = 0
 
-    @property
-    def answer(self) -> str:
-        """Every agent message chunk's text so far, concatenated with no separator."""
-        return "".join(self._chunks)
+    def permission_fact(self) -> str | None:
+        """The diagnostic's second safe line once a permission request was answered."""
+        if not self.permission_requests:
+            return None
+        return (
+            f"ACP unattended decision (policy: {self._policy}; "
+            f"requests: {self.permission_requests}; approved: {self.approved_requests})"
+        )
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         """Keep ``agent_message_chunk`` text of our session; drop every other update."""
         if session_id != self.session_id or not isinstance(update, AgentMessageChunk):
             return
         if isinstance(update.content, TextContentBlock) and update.content.text:
-            self._chunks.append(update.content.text)
+            self._output.append(TextBlock(text=update.content.text))
 
     async def request_permission(
         self,

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Final, Literal
 
-from dsh_subagent import SubagentError, configured_cwd, env_overlay
-from dsh_subagent.workdir import assert_positive_finite
-from dsh_subprocess import MAX_GRACE_SECONDS
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
-
-from dsh_subagent_acp.names import PREFIX
+from dsh_subagent import Grace, ProductConfig
+from pydantic import Field, field_validator
 
 __all__ = [
     "DEFAULT_DISPOSE_EOF_GRACE",
@@ -33,46 +29,37 @@ Options are always chosen by ``kind``, never by ``optionId`` (agents name them f
 DEFAULT_DISPOSE_EOF_GRACE: Final = 0.2
 """Seconds a disposed agent gets to exit on stdin EOF before tree termination.
 
-Deliberately short (the reference waits 6 s): every agent tried here (codex-acp,
-claude-agent-acp) ignores stdin EOF, so a long window only delays each dispose, while an
-agent that does exit on EOF does so within milliseconds.
+Deliberately short: every agent tried here (codex-acp, claude-agent-acp) ignores stdin
+EOF, so a long window only delays each dispose, while an agent that does exit on EOF
+does so within milliseconds.
 """
 
 DEFAULT_DISPOSE_GRACE: Final = 3.0
 """Seconds between SIGTERM and SIGKILL of the agent's process tree."""
 
 
-class AcpConfig(BaseModel):
-    """One ACP provider instance (``[[subagent.providers]]`` row of a Loader profile).
+class AcpConfig(ProductConfig):
+    """One ACP provider instance (``[[providers]]`` row of a Loader profile).
+
+    The shared fields (``provider_name``, ``env``, ``cwd``, ``dispose_grace``) and their
+    rules are :class:`~dsh_subagent.ProductConfig`'s.
 
     Attributes:
-        provider_name: Registry name of this instance; several instances coexist.
         command: The agent executable (absolute path, or a bare name looked up on the
             child's ``PATH`` by the operating system).
         args: Arguments after ``command``.
-        env: Explicit environment overlay, layered over the credential-scrubbed parent
-            environment by dsh-subprocess. An agent's own key (``OPENAI_API_KEY``...)
-            reaches it only when listed here.
-        cwd: Working directory override for every run of this instance; relative paths
-            are resolved against the launch directory once, at load. Omit it to run in
-            the delegating parent session's workspace.
         permission: The unattended permission policy (see :data:`PermissionPolicy`).
-        dispose_eof_grace: Seconds to wait for the whole tree to exit after stdin is
-            closed, before termination. Kept apart from (and by default wider than)
-            ``dispose_grace`` so a cooperative agent's flush on EOF can land.
+        dispose_eof_grace: Seconds the whole tree may take to exit after stdin is
+            closed, before it is terminated.
         dispose_grace: Seconds between SIGTERM and SIGKILL of the whole tree.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     provider_name: str = Field(default="acp", min_length=1)
     command: str = Field(min_length=1)
     args: tuple[str, ...] = ()
-    env: Annotated[dict[str, str], env_overlay(PREFIX)] = Field(default_factory=dict)
-    cwd: Annotated[str | None, configured_cwd(PREFIX)] = None
     permission: PermissionPolicy = "reject"
-    dispose_eof_grace: float = DEFAULT_DISPOSE_EOF_GRACE
-    dispose_grace: float = DEFAULT_DISPOSE_GRACE
+    dispose_eof_grace: Grace = DEFAULT_DISPOSE_EOF_GRACE
+    dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
 
     @field_validator("provider_name", "command")
     @classmethod
@@ -80,16 +67,3 @@ class AcpConfig(BaseModel):
         if not value.strip():
             raise ValueError("must not be blank")
         return value
-
-    # The core's checks raise SubagentError; a ValueError here lets pydantic (and so the
-    # Loader) report the problem against the field that caused it.
-
-    @field_validator("dispose_eof_grace", "dispose_grace", mode="before")
-    @classmethod
-    def _grace(cls, value: Any, info: ValidationInfo) -> Any:
-        try:
-            return assert_positive_finite(
-                PREFIX, info.field_name or "grace", value, MAX_GRACE_SECONDS
-            )
-        except SubagentError as exc:
-            raise ValueError(exc.message) from None

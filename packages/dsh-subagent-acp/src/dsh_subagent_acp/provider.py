@@ -1,180 +1,97 @@
-"""``AcpProvider``: delegate one task to any Agent Client Protocol agent (seed 002)."""
+"""``AcpProvider``: delegate one task to any Agent Client Protocol agent."""
 
 from __future__ import annotations
 
 import asyncio  # noqa: TID251 - only to detect the backend the acp library requires
-import logging
+import weakref
 from typing import ClassVar
 
-import anyio
 from dsh_subagent import (
-    LocalCancellation,
-    OutOfProcessProvider,
+    Launch,
+    MalformedLinePolicy,
+    ProductChild,
+    ProductFailure,
+    ProductProvider,
     ProductStartError,
     ResolvedSubagentStartRequest,
-    SubagentError,
-    SubagentErrorCode,
     SubagentResult,
-    SubprocessRunHandle,
-    one_shot_task_texts,
-    settle_run_result,
+    SubagentRun,
+    format_product_failure,
 )
-from dsh_subagent.workdir import resolve_child_cwd
-from dsh_subprocess import SpawnError, SpawnSpec, spawn
 
-from dsh_subagent_acp.child import AcpChild
 from dsh_subagent_acp.config import AcpConfig
-from dsh_subagent_acp.errors import AcpFailure
-from dsh_subagent_acp.names import PREFIX
+from dsh_subagent_acp.session import AcpSession
+from dsh_subagent_acp.transport import MAX_FRAME_BYTES
 
 __all__ = ["AcpProvider"]
 
-_log = logging.getLogger("dsh_subagent_acp")
 
-ABORTED_BEFORE_START = f"{PREFIX}: request was aborted before the ACP agent started"
-
-
-def _start_error(failure: AcpFailure, rollback: AcpFailure | None = None) -> ProductStartError:
-    message = failure.message()
-    if rollback is not None:
-        message = f"{message}; {rollback.message()}"
-    return ProductStartError(message, rollback_failed=rollback is not None)
-
-
-def _require_asyncio() -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        raise _start_error(AcpFailure("initialize", "unsupported-backend")) from None
-
-
-class AcpProvider(OutOfProcessProvider[AcpConfig]):
+class AcpProvider(ProductProvider[AcpConfig]):
     """A named instance delegating to the ACP agent started by ``command + args``.
 
-    Each run is its own agent process, ACP session and model: the process is spawned
-    and owned by dsh-subprocess in the resolved working directory, ``initialize`` and
-    ``session/new`` run before publication, and the one ``session/prompt`` runs after.
+    Each run is its own agent process, ACP session and model: ``initialize`` and
+    ``session/new`` run before publication, the one ``session/prompt`` after, and a run
+    stopped early gets ``session/cancel``. The lifecycle around them (cwd, spawn,
+    cancellation, settlement, whole-tree teardown) is :class:`~dsh_subagent.ProductProvider`'s.
     Constructing the provider starts nothing.
 
     The ``acp`` library this provider is built on is asyncio-only, so ``start()`` fails
-    with category ``unsupported-backend`` under trio.
+    with category ``unsupported-backend`` under trio, before anything is spawned.
 
     Args:
         config: The validated instance configuration.
     """
 
     Config: ClassVar[type[AcpConfig]] = AcpConfig
+    product: ClassVar[str] = "ACP"
+    open_stage: ClassVar[str] = "initialize"
+    run_stage: ClassVar[str] = "prompt"
+    max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
+    # Not JSON fails the run (``malformed-frame``): the library would skip it silently.
+    malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
 
-    async def start(self, request: ResolvedSubagentStartRequest) -> SubprocessRunHandle:
-        """Start the agent, open its session and publish the run.
+    def __init__(self, config: AcpConfig) -> None:
+        super().__init__(config)
+        # The ACP session of each run, dropped with its child (the runtime's ProductChild
+        # carries no provider state of its own).
+        self._sessions: weakref.WeakKeyDictionary[ProductChild, AcpSession] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @property
+    def eof_grace(self) -> float:
+        """The configured ``dispose_eof_grace``."""
+        return self.config.dispose_eof_grace
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        """See :meth:`dsh_subagent.ProductProvider.start`.
 
         Raises:
-            SubagentError: ``INVALID_REQUEST`` for an empty, non-text or blank task;
-                ``NO_WORKING_DIRECTORY`` when no usable cwd exists. Both before any spawn.
-            ProductStartError: The start failed or was cancelled; nothing is left
-                running. The message is the safe line (or the fixed "aborted" text).
+            ProductStartError: Also when not running on asyncio (category
+                ``unsupported-backend``); nothing is spawned then.
         """
-        config = self._config
-        texts = one_shot_task_texts(PREFIX, request.prompt)
-        _require_asyncio()
-        cwd = _resolve_cwd(config, request)
-        if request.cancel.aborted:
-            raise ProductStartError(ABORTED_BEFORE_START)
-        spec = SpawnSpec(
-            argv=(config.command, *config.args),
-            cwd=cwd,
-            env=dict(config.env),
-            stdin="pipe",
-            stdout="pipe",
-            # Forwarded unchanged to the host's stderr, never read or classified.
-            stderr="inherit",
-            grace=config.dispose_grace,
-        )
+        # Checked first: on a backend the library cannot run on, no request can start.
         try:
-            proc = await spawn(spec)
-        except SpawnError as exc:
-            raise _start_error(AcpFailure("initialize", "spawn-failed")) from exc
+            asyncio.get_running_loop()
+        except RuntimeError:
+            failure = ProductFailure(self.product, "initialize", "unsupported-backend")
+            raise ProductStartError(f"{self.prefix}: {format_product_failure(failure)}") from None
+        return await super().start(request)
 
-        child = AcpChild(config, proc)
-        startup = anyio.CancelScope()
-        remove_startup = request.cancel.add_listener(lambda _reason: startup.cancel())
-        if request.cancel.reason is not None:  # aborted while spawning
-            startup.cancel()
-        try:
-            with startup:
-                await child.initialize()
-                await child.new_session(cwd)
-        except BaseException as exc:
-            remove_startup()
-            rollback = await _rollback(child)
-            if isinstance(exc, AcpFailure):
-                raise _start_error(exc, rollback) from exc
-            if isinstance(exc, Exception):
-                raise _start_error(AcpFailure("initialize", "unknown"), rollback) from exc
-            raise
-        remove_startup()
-        if startup.cancel_called:
-            rollback = await _rollback(child)
-            if rollback is not None:
-                raise ProductStartError(
-                    f"{ABORTED_BEFORE_START}; {rollback.message()}", rollback_failed=True
-                )
-            raise ProductStartError(ABORTED_BEFORE_START)
-        return self._publish(request, child, texts)
+    def launch(self, cwd: str) -> Launch:
+        """``command + args``; the agent's own variables come from the ``env`` overlay."""
+        return Launch(argv=(self.config.command, *self.config.args))
 
-    def _publish(
-        self, request: ResolvedSubagentStartRequest, child: AcpChild, texts: list[str]
-    ) -> SubprocessRunHandle:
-        local = LocalCancellation()
-        remove = request.cancel.add_listener(local.request_cancel)
-        if request.cancel.aborted:
-            local.request_cancel()
-        handle = SubprocessRunHandle(
-            request_cancel=local.request_cancel,
-            teardown=child.dispose,
-            remove_cancel_listener=remove,
-        )
-        name = self.name
+    async def open(self, child: ProductChild) -> None:
+        """``initialize`` (stage ``initialize``), then ``session/new`` (``session-new``)."""
+        session = AcpSession(child, self.config)
+        self._sessions[child] = session
+        await session.open(child.cwd)
 
-        def on_error(error: Exception, stop_reason: str) -> None:
-            _log.warning('%s "%s": child run failed (%s): %s', PREFIX, name, stop_reason, error)
+    async def run(self, child: ProductChild) -> SubagentResult:
+        """The one ``session/prompt``, its ``stopReason`` mapped to the result."""
+        return await self._sessions[child].prompt()
 
-        async def settle() -> SubagentResult:
-            result = await settle_run_result(
-                lambda: child.prompt(texts),
-                local=local,
-                collect_output=child.output,
-                collect_diagnostic=child.diagnostic,
-                on_error=on_error,
-                remove_cancel_listener=remove,
-            )
-            handle.set_result(result)
-            if local.cancelled:
-                # Settled ``aborted`` already; now ask the agent to stop its turn.
-                await child.send_cancel()
-            return result
-
-        request.task_group.start_soon(handle.drive, settle)
-        return handle
-
-
-def _resolve_cwd(config: AcpConfig, request: ResolvedSubagentStartRequest) -> str:
-    try:
-        return resolve_child_cwd(PREFIX, config.cwd, request.parent.cwd)
-    except SubagentError as exc:
-        if config.cwd is None and request.parent.cwd is None:
-            raise  # the fixed "no working directory" message names no path
-        # The probe message names the parent's path; keep it on the cause only.
-        raise SubagentError(
-            SubagentErrorCode.NO_WORKING_DIRECTORY,
-            f"{PREFIX}: parent session cwd is not an absolute, accessible directory",
-        ) from exc
-
-
-async def _rollback(child: AcpChild) -> AcpFailure | None:
-    with anyio.CancelScope(shield=True):
-        try:
-            await child.shutdown()
-        except AcpFailure as failure:
-            return failure
-    return None
+    async def interrupt(self, child: ProductChild) -> None:
+        """``session/cancel`` when the turn is still open."""
+        await self._sessions[child].cancel()

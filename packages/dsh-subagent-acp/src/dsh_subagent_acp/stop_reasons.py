@@ -1,4 +1,4 @@
-"""ACP ``stopReason`` → subagent stop reason (seed 002, seed 003)."""
+"""ACP ``stopReason`` → subagent stop reason."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ _MAPPING: Final[dict[str, str]] = {
     "refusal": REFUSAL,
     # ``cancelled`` is the agent acknowledging a parent-driven ``session/cancel``: the
     # subagent word for that is ``aborted``. This deliberately differs from Codex, whose
-    # ``interrupted`` is not parent-driven and settles ``error`` (seed 003).
+    # ``interrupted`` is not parent-driven and settles ``error`` (``settlement:cancel-mid-run``).
     "cancelled": ABORTED,
     "max_turn_requests": ERROR,
 }

@@ -1,30 +1,38 @@
-"""Newline-delimited JSON-RPC frames over a managed process's anyio pipes.
+"""The ``acp`` library's message transport over one run's product wire.
 
-The ``acp`` library's own stdio transport wants asyncio ``StreamReader``/``StreamWriter``
-objects and silently skips frames it cannot parse. This transport plugs into the
-library's message-level ``Transport`` seam instead, reads the pipes that dsh-subprocess
-owns, and treats a malformed frame as a protocol failure: the stream ends there and the
-run fails with category ``malformed-frame`` (an agent whose stdout is not clean ACP
-cannot be trusted to report its outcome).
+The library's own stdio transport wants asyncio ``StreamReader``/``StreamWriter`` objects,
+holds lines of up to 50 MiB and silently skips frames it cannot parse. This transport
+plugs into the library's message-level ``Transport`` seam instead and reads the runtime's
+bounded line reader (:attr:`dsh_subagent.ProductChild.lines`), so a run has exactly one
+stdout buffer, bounded by :data:`MAX_FRAME_BYTES`.
+
+A line that is not one JSON-RPC frame ends the stream (category ``malformed-frame``): an
+agent whose stdout is not clean ACP cannot be trusted to report its outcome. A line
+longer than the bound ends it too (category ``line-too-long``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeGuard
 
 import anyio
-from anyio.abc import ByteReceiveStream, ByteSendStream
-from anyio.streams.buffered import BufferedByteReceiveStream
+from dsh_subagent import LineTooLongError, MalformedLineError, ProductChild
 
-__all__ = ["MAX_FRAME_BYTES", "NdjsonPipeTransport"]
+__all__ = ["MAX_FRAME_BYTES", "LineTransport", "WireFault"]
 
-MAX_FRAME_BYTES: Final = 50 * 1024 * 1024
-"""Largest accepted frame (the library's own stdio default)."""
+MAX_FRAME_BYTES: Final = 16 << 20
+"""16 MiB: the longest ACP frame accepted.
+
+Frames can embed resources and images as base64 (an agent message, a tool call's diff),
+so the bound sits well above the runtime's 8 MiB default, and far below a memory problem
+(the library's own stdio default was 50 MiB).
+"""
+
+WireFault = Literal["malformed-frame", "line-too-long"]
+"""Why the agent's stdout was abandoned before its end."""
 
 
-def _is_json_rpc_frame(message: object) -> bool:
+def _is_json_rpc_frame(message: object) -> TypeGuard[dict[str, Any]]:
     if not isinstance(message, dict):
         return False
     if "method" in message:
@@ -36,71 +44,49 @@ def _is_json_rpc_frame(message: object) -> bool:
     return "id" in message and ("result" in message or "error" in message)
 
 
-class NdjsonPipeTransport:
-    """An ``acp`` message transport over one process's stdin/stdout pipes.
+class LineTransport:
+    """An ``acp`` message transport over one run's :class:`~dsh_subagent.ProductChild`.
 
     Attributes:
-        ended: Set once the agent's stdout ended (EOF, or a malformed frame).
-        malformed: Whether the stream ended on a malformed or oversized frame.
+        ended: Set once the agent's stdout ended (EOF, the agent's exit, or a fault).
+        fault: Why the stream was abandoned early, ``None`` at a plain end.
     """
 
-    def __init__(self, stdin: ByteSendStream, stdout: ByteReceiveStream) -> None:
-        self._stdin = stdin
-        self._stdout = BufferedByteReceiveStream(stdout)
+    def __init__(self, child: ProductChild) -> None:
+        self._child = child
         self._send_lock = anyio.Lock()
-        self._closed = False
         self.ended = anyio.Event()
-        self.malformed = False
+        self.fault: WireFault | None = None
 
     async def send(self, message: dict[str, Any]) -> None:
         """Write one frame; raises ``ConnectionError`` when the agent's stdin is gone."""
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
         async with self._send_lock:
-            if self._closed:
-                raise ConnectionError("ACP transport closed")
             try:
-                await self._stdin.send(data)
+                await self._child.send_json(message)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 raise ConnectionError("ACP agent stdin closed") from exc
 
     async def receive(self) -> dict[str, Any] | None:
-        """Read the next frame; ``None`` at end of stream or after a malformed frame."""
+        """The next frame; ``None`` at the end of stdout or after a fault."""
         if self.ended.is_set():
             return None
-        while True:
-            try:
-                line = await self._stdout.receive_until(b"\n", MAX_FRAME_BYTES)
-            except anyio.DelimiterNotFound:
-                self._end(malformed=True)
-                return None
-            except anyio.IncompleteRead:
-                # EOF in the middle of a frame: whatever arrived is not a whole message.
-                self._end(malformed=bool(self._stdout.buffer.strip()))
-                return None
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self._end(malformed=False)
-                return None
-            if not line.strip():
-                continue
-            try:
-                message = json.loads(line)
-            except ValueError:
-                self._end(malformed=True)
-                return None
-            if not _is_json_rpc_frame(message):
-                self._end(malformed=True)
-                return None
-            return message  # type: ignore[no-any-return]
+        try:
+            message = await self._child.lines.receive_json()
+        except anyio.EndOfStream:
+            return self._end(None)
+        except LineTooLongError:
+            return self._end("line-too-long")
+        except MalformedLineError:  # not JSON, or a cut last line at EOF
+            return self._end("malformed-frame")
+        if not _is_json_rpc_frame(message):  # a JSON value that is not a frame
+            return self._end("malformed-frame")
+        return message
 
-    def _end(self, *, malformed: bool) -> None:
-        self.malformed = self.malformed or malformed
+    def _end(self, fault: WireFault | None) -> dict[str, Any] | None:
+        # Returns None: the library's end-of-stream signal.
+        self.fault = fault
         self.ended.set()
+        return None
 
     async def close(self) -> None:
-        """Close the agent's stdin (the agent sees EOF); idempotent."""
-        async with self._send_lock:
-            if self._closed:
-                return
-            self._closed = True
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                await self._stdin.aclose()
+        """Nothing to release: the runtime closes stdin and ends the process tree."""

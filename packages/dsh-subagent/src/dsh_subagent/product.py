@@ -125,6 +125,9 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         open_stage / run_stage: The stage names of the two phases (diagnostics).
         max_line_bytes: The longest stdout line accepted (the bounded line reader).
         malformed_lines: ``"skip"`` or ``"fail"`` for a stdout line that is not JSON.
+
+    Override the :attr:`eof_grace` property for a product that may exit by itself once
+    its stdin is closed.
     """
 
     product: ClassVar[str]
@@ -183,6 +186,16 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     async def spawn(self, spec: SpawnSpec, stderr_observer: StderrObserver) -> ManagedProcess:
         """Start ``spec`` (a seam for tests; the default is :func:`dsh_subprocess.spawn`)."""
         return await spawn(spec, stderr_observer=stderr_observer)
+
+    @property
+    def eof_grace(self) -> float:
+        """Seconds the product's tree may take to exit by itself after stdin is closed.
+
+        Teardown (and the rollback of a failed start) closes stdin, waits up to this long
+        for the whole tree to exit, then terminates it. The default ``0`` terminates at
+        once: most products ignore EOF, and waiting would only delay every dispose.
+        """
+        return 0.0
 
     # -- naming -------------------------------------------------------------------------
 
@@ -442,9 +455,17 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         )
 
     async def _release(self, child: ProductChild) -> None:
-        """End stdin, terminate the whole tree and wait until none of it is alive."""
+        """End stdin, give the tree ``eof_grace`` to exit, terminate what is left and wait
+        until none of it is alive."""
         try:
             await child.close_stdin()
+            grace = self.eof_grace
+            if grace > 0:
+                with anyio.move_on_after(grace):
+                    try:
+                        await child.process.wait_tree_exit()
+                    except Exception:  # terminate() below still ends the tree
+                        _log.debug("%s: waiting for an exit on EOF failed", self.prefix)
             await child.process.terminate()
         finally:
             child.process.detach_stderr_observer()
