@@ -53,6 +53,7 @@ async def _child(tmp_path: Path, argv: tuple[str, ...], grace: float) -> Product
         task_texts=("task",),
         stage="query-run",
         grace=grace,
+        exit_drain=grace,
         max_line_bytes=MAX_FRAME_BYTES,
         malformed="fail",
     )

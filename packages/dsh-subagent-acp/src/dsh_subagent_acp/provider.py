@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio  # noqa: TID251 - only to detect the backend the acp library requires
-import weakref
 from typing import ClassVar
 
 from dsh_subagent import (
@@ -50,14 +49,6 @@ class AcpProvider(ProductProvider[AcpConfig]):
     # Not JSON fails the run (``malformed-frame``): the library would skip it silently.
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
 
-    def __init__(self, config: AcpConfig) -> None:
-        super().__init__(config)
-        # The ACP session of each run, dropped with its child (the runtime's ProductChild
-        # carries no provider state of its own).
-        self._sessions: weakref.WeakKeyDictionary[ProductChild, AcpSession] = (
-            weakref.WeakKeyDictionary()
-        )
-
     @property
     def eof_grace(self) -> float:
         """The configured ``dispose_eof_grace``."""
@@ -84,14 +75,20 @@ class AcpProvider(ProductProvider[AcpConfig]):
 
     async def open(self, child: ProductChild) -> None:
         """``initialize`` (stage ``initialize``), then ``session/new`` (``session-new``)."""
-        session = AcpSession(child, self.config)
-        self._sessions[child] = session
+        session = child.state = AcpSession(child, self.config)
         await session.open(child.cwd)
 
     async def run(self, child: ProductChild) -> SubagentResult:
         """The one ``session/prompt``, its ``stopReason`` mapped to the result."""
-        return await self._sessions[child].prompt()
+        return await _session(child).prompt()
 
     async def interrupt(self, child: ProductChild) -> None:
         """``session/cancel`` when the turn is still open."""
-        await self._sessions[child].cancel()
+        await _session(child).cancel()
+
+
+def _session(child: ProductChild) -> AcpSession:
+    """The run's ACP session, which ``open()`` keeps in ``child.state``."""
+    session = child.state
+    assert isinstance(session, AcpSession)
+    return session

@@ -125,6 +125,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         open_stage / run_stage: The stage names of the two phases (diagnostics).
         max_line_bytes: The longest stdout line accepted (the bounded line reader).
         malformed_lines: ``"skip"`` or ``"fail"`` for a stdout line that is not JSON.
+        exit_drain: Seconds stdout is still read after the product exited (1 s).
 
     Override the :attr:`eof_grace` property for a product that may exit by itself once
     its stdin is closed.
@@ -134,6 +135,9 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     open_stage: ClassVar[str] = "initialize"
     run_stage: ClassVar[str] = "turn"
     max_line_bytes: ClassVar[int] = DEFAULT_MAX_LINE_BYTES
+    exit_drain: ClassVar[float] = 1.0
+    """Seconds stdout is still read after the product exited while something else (a
+    ``setsid`` tool process) holds it open; what the product wrote is in the pipe by then."""
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
 
     # -- the hooks a provider implements -----------------------------------------------
@@ -306,6 +310,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                         task_texts=texts,
                         stage=self.open_stage,
                         grace=self.config.dispose_grace,
+                        exit_drain=self.exit_drain,
                         max_line_bytes=self.max_line_bytes,
                         malformed=self.malformed_lines,
                         admission=admission,

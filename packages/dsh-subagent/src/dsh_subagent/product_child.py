@@ -73,6 +73,7 @@ class ProductChild:
         task_texts: Sequence[str],
         stage: str,
         grace: float,
+        exit_drain: float,
         max_line_bytes: int,
         malformed: MalformedLinePolicy,
         admission: object = None,
@@ -89,7 +90,7 @@ class ProductChild:
         self.detail: str | None = None
         self._grace = grace
         self.lines = LineReader(
-            process.stdout_until_exit(grace) if process.stdout is not None else _NoStdout(),
+            process.stdout_until_exit(exit_drain) if process.stdout is not None else _NoStdout(),
             max_line_bytes=max_line_bytes,
             malformed=malformed,
         )
