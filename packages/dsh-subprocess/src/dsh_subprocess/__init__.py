@@ -10,6 +10,7 @@ from ._guard_server import guard_server_pid, shutdown_guard_server
 from ._hostexit import kill_all_trees_now
 from ._stderr import StderrObserver, forward_to_host_stderr
 from ._until_exit import StdoutUntilExit
+from .cwd import probe_cwd
 from .env import check_env_overlay, child_env, is_scrubbed_name, scrubbed_parent_env
 from .errors import CwdProblem, DshSubprocessError, InvalidCwdError, SpawnError
 from .facts import ExitFacts, signal_name
@@ -36,6 +37,7 @@ __all__ = [
     "guard_server_pid",
     "is_scrubbed_name",
     "kill_all_trees_now",
+    "probe_cwd",
     "scrubbed_parent_env",
     "shutdown_guard_server",
     "signal_name",

@@ -6,7 +6,6 @@ import contextlib
 import marshal
 import os
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from . import _guard_server, _hostexit, _tree
 from ._fdstream import FdReceiveStream, FdSendStream
 from ._stderr import StderrDrain, StderrObserver, forward_to_host_stderr
 from ._until_exit import StdoutUntilExit
+from .cwd import probe_cwd
 from .env import child_env
 from .errors import DshSubprocessError, InvalidCwdError, SpawnError
 from .facts import ExitFacts, signal_name
@@ -45,25 +45,6 @@ _SEND_RETRY_SECONDS = 0.001
 
 class _ServerUnavailable(Exception):
     """The guard server could not take the request; nothing was started for it."""
-
-
-def _probe_cwd(cwd: str) -> None:
-    if not os.path.isabs(cwd):
-        raise InvalidCwdError("relative")
-    try:
-        info = os.stat(cwd)
-    except FileNotFoundError:
-        raise InvalidCwdError("missing") from None
-    except NotADirectoryError:
-        raise InvalidCwdError("not_a_directory") from None
-    except OSError:
-        raise InvalidCwdError("not_enterable") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise InvalidCwdError("not_a_directory")
-    # A directory with no search bit at all is refused even for root, whom access()
-    # would let through: the product would be running somewhere nobody may enter.
-    if not os.access(cwd, os.X_OK) or not info.st_mode & 0o111:
-        raise InvalidCwdError("not_enterable")
 
 
 def _close_quietly(*fds: int | None) -> None:
@@ -538,7 +519,9 @@ async def spawn(
             enterable; nothing was started.
         SpawnError: The program could not be started; nothing is left running.
     """
-    _probe_cwd(spec.cwd)
+    problem = probe_cwd(spec.cwd)
+    if problem is not None:
+        raise InvalidCwdError(problem)
     env = child_env(spec.env)
     guarded = spec.host_death_guard and _GUARDED
     if guarded and _guard_server.enabled:
