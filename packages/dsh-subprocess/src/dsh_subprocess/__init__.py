@@ -6,15 +6,16 @@ TERM→grace→KILL of the whole tree (descendants that called ``setsid`` includ
 whole-tree exit observation, exit facts and stderr draining.
 """
 
-from ._guard_server import guard_server_pid, shutdown_guard_server
+from ._guard_server import GUARD_PATH, guard_server_pid, shutdown_guard_server
 from ._hostexit import kill_all_trees_now
+from ._spawn import spawn
 from ._stderr import StderrObserver, forward_to_host_stderr
 from ._until_exit import StdoutUntilExit
 from .cwd import probe_cwd
 from .env import check_env_overlay, child_env, is_scrubbed_name, scrubbed_parent_env
 from .errors import CwdProblem, DshSubprocessError, InvalidCwdError, SpawnError
 from .facts import ExitFacts, signal_name
-from .process import GUARD_PATH, ManagedProcess, spawn
+from .process import ManagedProcess
 from .spec import MAX_GRACE_SECONDS, SpawnSpec, StderrMode, StdioMode
 
 __all__ = [

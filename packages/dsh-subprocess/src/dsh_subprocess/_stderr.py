@@ -25,6 +25,18 @@ def forward_to_host_stderr(line: str) -> None:
         stream.flush()
 
 
+def start_drain(fd: int | None, observer: StderrObserver | None) -> StderrDrain | None:
+    """Start draining the read end ``fd`` of a stderr pipe, if there is one.
+
+    ``observer`` defaults to :func:`forward_to_host_stderr`.
+    """
+    if fd is None:
+        return None
+    drain = StderrDrain(fd, observer or forward_to_host_stderr)
+    drain.start()
+    return drain
+
+
 def _discard(line: str) -> None:
     pass
 
