@@ -33,11 +33,16 @@ A guard
   ``P <pid>`` (started) or ``E <errno>`` (exec failed), then ``X <code>`` or
   ``S <signum>`` as soon as the product exits;
 * reaps every child and exits only when none is left;
+* when it receives SIGTERM (the host's group SIGTERM reaches it as the group's leader),
+  passes it on to every descendant outside its process group, found by walking /proc:
+  those that called ``setsid`` or double-forked are asked to stop too, not only killed
+  after the grace;
 * when a watched pipe (the host's lifeline, in server mode also the server's) reaches
   EOF, SIGKILLs every descendant, found by walking /proc, and exits.
 
-A guard ignores SIGTERM/SIGINT/SIGHUP so a group SIGTERM reaches the product while the
-guard keeps reaping; the host's escalation SIGKILLs it with the rest of the group.
+A guard does not die of SIGTERM/SIGINT/SIGHUP, so a group SIGTERM reaches the product
+(and, relayed, the escapees) while the guard keeps reaping; the host's escalation
+SIGKILLs it with the rest of the group.
 """
 
 # _signal, not signal: the latter imports enum, a few ms of start-up for every product.
@@ -75,8 +80,10 @@ def _close(*fds: int) -> None:
             pass
 
 
-def _children_map() -> dict[int, list[int]]:
+def _process_table() -> tuple[dict[int, list[int]], dict[int, int]]:
+    """Every live process (zombies left out): children by parent pid, and each one's group."""
     children: dict[int, list[int]] = {}
+    groups: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -86,10 +93,16 @@ def _children_map() -> dict[int, list[int]]:
         except OSError:
             continue
         fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) < 2 or fields[0] in (b"Z", b"X", b"x"):
+        if len(fields) < 3 or fields[0] in (b"Z", b"X", b"x"):
             continue
-        children.setdefault(int(fields[1]), []).append(int(name))
-    return children
+        pid = int(name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        groups[pid] = int(fields[2])
+    return children, groups
+
+
+def _children_map() -> dict[int, list[int]]:
+    return _process_table()[0]
 
 
 def _below(children: dict[int, list[int]], roots: list[int]) -> list[int]:
@@ -124,6 +137,24 @@ def _kill_all(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def _relay_term() -> None:
+    """Pass a SIGTERM on to every descendant outside the guard's own process group.
+
+    The host ends a tree with one SIGTERM to the guard's group. A descendant that called
+    ``setsid`` (or double-forked into a group of its own) is not in that group, but, the
+    guard being the tree's subreaper, it is still the guard's descendant: it is asked to
+    stop now rather than only killed after the grace.
+    """
+    group = os.getpgrp()
+    children, groups = _process_table()
+    for pid in _below(children, [os.getpid()]):
+        if groups.get(pid, group) != group:
+            try:  # noqa: SIM105 - contextlib costs start-up time
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
 
 
 def _kill_everything() -> None:
@@ -229,12 +260,15 @@ def _wakeup_pipe() -> int:
     return wake_r
 
 
-def _drain(fd: int) -> None:
+def _drain(fd: int) -> bytes:
+    """Empty the signal wakeup pipe; return what it held (one byte per signal number)."""
+    seen = b""
     try:
-        while os.read(fd, 512):
-            pass
+        while chunk := os.read(fd, 512):
+            seen += chunk
     except BlockingIOError:
         pass
+    return seen
 
 
 def _watch(product: int, status_fd: int, watched: tuple[int, ...], wake_r: int) -> int:
@@ -256,8 +290,8 @@ def _watch(product: int, status_fd: int, watched: tuple[int, ...], wake_r: int) 
         if none_left:
             return product_status if product_status is not None else 0
         ready = {fd for fd, _events in poller.poll()}
-        if wake_r in ready:
-            _drain(wake_r)
+        if wake_r in ready and signal.SIGTERM in _drain(wake_r):
+            _relay_term()
         for fd in watched:
             if fd in ready and not os.read(fd, 512):
                 _kill_everything()
@@ -284,8 +318,8 @@ def main(argv: list[str]) -> None:
     os.set_inheritable(status_fd, False)
     os.set_inheritable(lifeline_fd, False)
     libc = ctypes.CDLL(None, use_errno=True)
-    _become_guard(libc)
     wake_r = _wakeup_pipe()
+    _become_guard(libc)
     product = _start_product(_Product(argv[4:]), status_fd, libc)
 
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -303,9 +337,9 @@ def _guard_child(
 ) -> None:  # never returns; runs in a child forked by the server
     stdin_fd, stdout_fd, stderr_fd, status_fd = fds
     os.setsid()
+    wake_r = _wakeup_pipe()  # before the host can know this pid: no SIGTERM goes unseen
     _become_guard(libc)
     _write(status_fd, f"G {os.getpid()}\n")
-    wake_r = _wakeup_pipe()
     argv, cwd, env = marshal.loads(request)
     product = _start_product(
         _Product(list(argv), dict(env), cwd, (stdin_fd, stdout_fd, stderr_fd)), status_fd, libc

@@ -187,10 +187,13 @@ class ManagedProcess(anyio.abc.AsyncResource):
     async def terminate(self) -> ExitFacts:
         """Terminate the whole tree and wait until none of it is alive.
 
-        SIGTERM goes to the process group (and to the product if it left the group);
-        after ``spec.grace`` seconds SIGKILL goes to the group and to every descendant
-        found by a snapshot taken before signalling or discovered since. Nothing is
-        signalled once whole-tree absence has been observed. The teardown is shielded
+        SIGTERM goes to every live member of the tree: to the process group, and to each
+        descendant that left it (``setsid``, double fork). Under the host-death guard the
+        guard passes it on to those (it is their subreaper); without it the host sends
+        it to those found by a snapshot taken before signalling. After ``spec.grace``
+        seconds SIGKILL goes to the group and to every descendant found by that snapshot
+        or discovered since. Nothing is signalled once whole-tree absence has been
+        observed. The teardown is shielded
         from cancellation, and it is memoised: concurrent and repeated calls share one
         outcome.
 
@@ -395,15 +398,17 @@ class ManagedProcess(anyio.abc.AsyncResource):
         return not self._live_members(discover=self._discovery_due())
 
     def _send_term(self) -> None:
+        """SIGTERM to every live member of the tree, inside the root's group or not."""
         _tree.signal_group(self._root_pid, signal.SIGTERM)
-        product = self._product
-        if (
-            product is not None
-            and product is not self._root
-            and _tree.is_live(product)
-            and _tree.process_group_of(product) != self._root_pid
-        ):
-            _tree.signal_process(product, signal.SIGTERM)
+        if self._guarded and self._root_alive():
+            # The guard leads the group, so it got that SIGTERM too, and passes it on to
+            # every descendant outside the group: it is their subreaper and sees them all.
+            return
+        # No guard (or it is gone): the members known from the pre-signal snapshot that
+        # left the group (``setsid``, a group of their own) get it one by one.
+        for proc in list(self._known.values()):
+            if _tree.is_live(proc) and _tree.process_group_of(proc) != self._root_pid:
+                _tree.signal_process(proc, signal.SIGTERM)
 
     async def _kill_round(self) -> None:
         members = self._live_members(discover=True)
