@@ -9,7 +9,7 @@ whole-tree exit observation, exit facts and stderr draining.
 from ._guard_server import GUARD_PATH, guard_server_pid, shutdown_guard_server
 from ._hostexit import kill_all_trees_now
 from ._spawn import spawn
-from ._stderr import StderrObserver, forward_to_host_stderr
+from ._stderr import StderrObserver
 from ._until_exit import StdoutUntilExit
 from .cwd import probe_cwd
 from .env import check_env_overlay, child_env, is_scrubbed_name, scrubbed_parent_env
@@ -34,7 +34,6 @@ __all__ = [
     "StdoutUntilExit",
     "check_env_overlay",
     "child_env",
-    "forward_to_host_stderr",
     "guard_server_pid",
     "is_scrubbed_name",
     "kill_all_trees_now",

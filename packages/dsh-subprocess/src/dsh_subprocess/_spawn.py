@@ -33,7 +33,9 @@ async def spawn(
         spec: What to run.
         stderr_observer: Called from a daemon thread with each stderr line (UTF-8,
             undecodable bytes replaced, trailing newline removed) when
-            ``spec.stderr == "pipe"``. Defaults to writing the line to ``sys.stderr``.
+            ``spec.stderr == "pipe"``. By default each line is logged unchanged at INFO
+            on the ``dsh_subprocess.stderr`` logger; nothing is written to the host's
+            stderr unless ``spec.stderr == "inherit"`` passes it through.
 
     Returns:
         The managed process. Always :meth:`~ManagedProcess.terminate` it (or use
