@@ -1,9 +1,10 @@
 """Managed process trees that never outlive their owner.
 
 ``dsh_subprocess`` is the single owner of spawning product processes: credential
-scrubbing of the child environment, a new session per child, the host-death guard,
-TERM→grace→KILL of the whole tree (descendants that called ``setsid`` included),
-whole-tree exit observation, exit facts and stderr draining.
+scrubbing of the child environment (by name, and by a URL password in the value), a new
+session per child, the host-death guard, TERM→grace→KILL of the whole tree (descendants
+that called ``setsid`` included), whole-tree exit observation, exit facts and stderr
+draining.
 """
 
 from ._guard_server import GUARD_PATH, guard_server_pid, shutdown_guard_server
@@ -12,7 +13,13 @@ from ._spawn import spawn
 from ._stderr import StderrObserver
 from ._until_exit import StdoutUntilExit
 from .cwd import probe_cwd
-from .env import check_env_overlay, child_env, is_scrubbed_name, scrubbed_parent_env
+from .env import (
+    check_env_overlay,
+    child_env,
+    is_scrubbed_name,
+    is_scrubbed_value,
+    scrubbed_parent_env,
+)
 from .errors import CwdProblem, DshSubprocessError, InvalidCwdError, SpawnError
 from .facts import ExitFacts, signal_name
 from .process import ManagedProcess
@@ -36,6 +43,7 @@ __all__ = [
     "child_env",
     "guard_server_pid",
     "is_scrubbed_name",
+    "is_scrubbed_value",
     "kill_all_trees_now",
     "probe_cwd",
     "scrubbed_parent_env",
