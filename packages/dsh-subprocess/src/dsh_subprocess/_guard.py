@@ -34,7 +34,8 @@ A guard
   ``S <signum>`` as soon as the product exits;
 * reaps every child and exits only when none is left;
 * when it receives SIGTERM (the host's group SIGTERM reaches it as the group's leader),
-  passes it on to every descendant outside its process group, found by walking /proc:
+  passes it on to every descendant outside its process group, found through
+  ``/proc/<pid>/task/<tid>/children`` (a full /proc walk where the kernel lacks those):
   those that called ``setsid`` or double-forked are asked to stop too, not only killed
   after the grace;
 * when a watched pipe (the host's lifeline, in server mode also the server's) reaches
@@ -80,10 +81,9 @@ def _close(*fds: int) -> None:
             pass
 
 
-def _process_table() -> tuple[dict[int, list[int]], dict[int, int]]:
-    """Every live process (zombies left out): children by parent pid, and each one's group."""
+def _children_map() -> dict[int, list[int]]:
+    """Every live process (zombies left out), listed under its parent's pid."""
     children: dict[int, list[int]] = {}
-    groups: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -93,16 +93,10 @@ def _process_table() -> tuple[dict[int, list[int]], dict[int, int]]:
         except OSError:
             continue
         fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) < 3 or fields[0] in (b"Z", b"X", b"x"):
+        if len(fields) < 2 or fields[0] in (b"Z", b"X", b"x"):
             continue
-        pid = int(name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        groups[pid] = int(fields[2])
-    return children, groups
-
-
-def _children_map() -> dict[int, list[int]]:
-    return _process_table()[0]
+        children.setdefault(int(fields[1]), []).append(int(name))
+    return children
 
 
 def _below(children: dict[int, list[int]], roots: list[int]) -> list[int]:
@@ -139,22 +133,57 @@ def _kill_all(pids: list[int]) -> None:
             pass
 
 
-def _relay_term() -> None:
+def _subtree(root: int) -> list[int] | None:
+    """``root``'s descendants from ``/proc/<pid>/task/<tid>/children``, or ``None``.
+
+    Reads only the tree's own entries (a full ``/proc`` scan costs milliseconds on a busy
+    host). ``None`` when the kernel has no such files. A child that starts or exits
+    during the walk may be missed: good enough for a request to stop, never for a kill.
+    """
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return None  # a kernel without CONFIG_PROC_CHILDREN
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        pid = frontier.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone meanwhile
+        for tid in tids:  # a child is listed under the thread that forked it
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as listing:
+                    kids = [int(kid) for kid in listing.read().split()]
+            except (OSError, ValueError):
+                continue  # the thread or process is gone meanwhile
+            found += kids
+            frontier += kids
+    return found
+
+
+def _relay_term(asked: set[int]) -> None:
     """Pass a SIGTERM on to every descendant outside the guard's own process group.
 
     The host ends a tree with one SIGTERM to the guard's group. A descendant that called
     ``setsid`` (or double-forked into a group of its own) is not in that group, but, the
     guard being the tree's subreaper, it is still the guard's descendant: it is asked to
-    stop now rather than only killed after the grace.
+    stop now rather than only killed after the grace. Pids in ``asked`` were asked by an
+    earlier walk and are skipped (one SIGTERM each); the new ones are added.
     """
+    me = os.getpid()
     group = os.getpgrp()
-    children, groups = _process_table()
-    for pid in _below(children, [os.getpid()]):
-        if groups.get(pid, group) != group:
-            try:  # noqa: SIM105 - contextlib costs start-up time
+    below = _subtree(me)
+    if below is None:
+        below = _below(_children_map(), [me])
+    for pid in below:
+        if pid in asked:
+            continue
+        try:
+            if os.getpgid(pid) != group:
                 os.kill(pid, signal.SIGTERM)
-            except OSError:
-                pass
+                asked.add(pid)
+        except OSError:
+            pass  # gone meanwhile
 
 
 def _kill_everything() -> None:
@@ -278,6 +307,7 @@ def _watch(product: int, status_fd: int, watched: tuple[int, ...], wake_r: int) 
     for fd in (*watched, wake_r):
         poller.register(fd, select.POLLIN)
     product_status: int | None = None
+    asked: set[int] | None = None  # once SIGTERM came: the descendants it was passed on to
     while True:
         reaped, none_left = _reap_all()
         for pid, status in reaped:
@@ -289,9 +319,14 @@ def _watch(product: int, status_fd: int, watched: tuple[int, ...], wake_r: int) 
                     _write(status_fd, f"S {os.WTERMSIG(status)}\n")
         if none_left:
             return product_status if product_status is not None else 0
+        if asked is not None and reaped:
+            # A process that died during the last walk left its children to this guard
+            # (the subreaper) only then: look again, asking only those not asked yet.
+            _relay_term(asked)
         ready = {fd for fd, _events in poller.poll()}
         if wake_r in ready and signal.SIGTERM in _drain(wake_r):
-            _relay_term()
+            asked = asked if asked is not None else set()
+            _relay_term(asked)
         for fd in watched:
             if fd in ready and not os.read(fd, 512):
                 _kill_everything()
