@@ -153,3 +153,10 @@ def test_resolve_child_cwd_probes_the_parent_cwd() -> None:
         SubagentError, match=r"^p: parent session cwd must be an absolute path: rel$"
     ):
         resolve_child_cwd("p", None, "rel")
+
+
+def test_usable_cwd_rejects_a_path_with_nul_as_inaccessible(tmp_path: Path) -> None:
+    # The spawn's probe answers "missing" for such a path; here it is not accessible.
+    with pytest.raises(SubagentError, match="is not an accessible directory") as caught:
+        assert_usable_cwd("p", "parent session cwd", str(tmp_path) + "/a\0b")
+    assert caught.value.code is SubagentErrorCode.NO_WORKING_DIRECTORY

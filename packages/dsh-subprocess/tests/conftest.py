@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
-from dsh_subprocess import _guard_server, guard_server_pid, shutdown_guard_server
+from dsh_subprocess import _guard_server, _tree, guard_server_pid, shutdown_guard_server
 from dsh_subprocess.testing import alive
 
 
@@ -37,3 +37,26 @@ def guarded(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     mode = str(request.param)
     monkeypatch.setattr(_guard_server, "enabled", mode == "server")
     return mode != "direct"
+
+
+@pytest.fixture
+def sent_signals(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every signal the host sends to a tree from now on, in order (still delivered).
+
+    Tests assert on these events (was SIGKILL needed? did SIGTERM come first?) instead
+    of on how long a teardown took. Signals a guard sends are not seen here.
+    """
+    sent: list[int] = []
+    real_group, real_process = _tree.signal_group, _tree.signal_process
+
+    def signal_group(pgid: int, signum: int) -> None:
+        sent.append(signum)
+        real_group(pgid, signum)
+
+    def signal_process(proc: psutil.Process, signum: int) -> None:
+        sent.append(signum)
+        real_process(proc, signum)
+
+    monkeypatch.setattr(_tree, "signal_group", signal_group)
+    monkeypatch.setattr(_tree, "signal_process", signal_process)
+    return sent

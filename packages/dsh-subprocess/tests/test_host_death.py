@@ -16,6 +16,10 @@ from dsh_subprocess.testing import alive, snapshot
 
 pytestmark = pytest.mark.anyio
 
+# A hang guard, not a timing: what is waited on would live for a minute or forever unless
+# something killed it, so getting past it at all is the event asserted.
+_HANG_GUARD_SECONDS = 30.0
+
 # The host spawns a tree with a TERM-ignoring grandchild in its own session and a plain
 # grandchild, prints the tree's pids, then either idles (to be killed) or returns.
 _HOST = """
@@ -82,10 +86,8 @@ async def test_killed_host_leaves_nothing_behind(
     tree = snapshot(pids)
     assert len(alive(tree)) == len(pids)
     psutil.Process(host.pid).send_signal(how)
-    started = time.monotonic()
-    survivors = await _wait_gone(tree, 2.0)
-    elapsed = time.monotonic() - started
-    assert survivors == [], f"alive {elapsed:.2f}s after the host died: {survivors}"
+    survivors = await _wait_gone(tree, _HANG_GUARD_SECONDS)
+    assert survivors == [], f"alive after the host died: {survivors}"
     assert (await host.terminate()).signal == how.name
 
 
@@ -99,5 +101,5 @@ async def test_host_that_exits_without_terminating_kills_its_trees(
     with anyio.fail_after(10):
         facts = await host.wait()
     assert facts.exit_code == 0
-    assert await _wait_gone(tree, 2.0) == []
+    assert await _wait_gone(tree, _HANG_GUARD_SECONDS) == []
     await host.terminate()

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from dsh_subprocess import InvalidCwdError, SpawnError, SpawnSpec, guard_server_pid, spawn
+from dsh_subprocess import (
+    InvalidCwdError,
+    SpawnError,
+    SpawnSpec,
+    guard_server_pid,
+    probe_cwd,
+    spawn,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -103,3 +110,22 @@ async def test_no_cwd_error_is_a_vague_enoent(tmp_path: Path) -> None:
     with pytest.raises(InvalidCwdError):
         await spawn(SpawnSpec(argv=(sys.executable, "-c", ""), cwd=str(tmp_path / "gone")))
     assert _children() <= before
+
+
+def test_probe_cwd_names_each_problem_without_raising(tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o600)
+    try:
+        assert probe_cwd(tmp_path) is None
+        assert probe_cwd(str(tmp_path) + "/.") is None  # not normalised, still a directory
+        assert probe_cwd("relative/dir") == "relative"
+        assert probe_cwd(tmp_path / "missing") == "missing"
+        assert probe_cwd(str(tmp_path) + "/a\0b") == "missing"  # no such path can exist
+        assert probe_cwd(a_file) == "not_a_directory"
+        assert probe_cwd(a_file / "below") == "not_a_directory"
+        # Refused even as root (these tests may run as root): no execute bit at all.
+        assert probe_cwd(closed) == "not_enterable"
+    finally:
+        closed.chmod(0o700)

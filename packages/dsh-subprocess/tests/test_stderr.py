@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from pathlib import Path
@@ -80,13 +81,60 @@ async def test_a_failing_observer_does_not_stop_the_drain(tmp_path: Path) -> Non
     assert seen == [str(i) for i in range(3000)]
 
 
-async def test_default_observer_writes_lines_unchanged_to_host_stderr(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+_LINES = ["first", "second  ", "100% done %s %(x)s %d", "\tindented", "", "last"]
+
+
+async def test_default_observer_logs_each_line_unchanged_and_nothing_reaches_fd_2(
+    tmp_path: Path,
+    guarded: bool,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
-    code = "import sys; sys.stderr.write('first\\nsecond  \\n')"
-    async with await spawn(_python(code, tmp_path)) as proc:
-        await proc.wait()
-    assert capsys.readouterr().err == "first\nsecond  \n"
+    caplog.set_level(logging.INFO, logger="dsh_subprocess.stderr")
+    code = f"import sys; sys.stderr.write({chr(10).join(_LINES) + chr(10)!r})"
+    async with await spawn(_python(code, tmp_path, host_death_guard=guarded)) as proc:
+        assert (await proc.wait()).exit_code == 0
+    records = [r for r in caplog.records if r.name == "dsh_subprocess.stderr"]
+    # The line is the message itself: no arguments, so "%" is never interpreted.
+    assert [r.msg for r in records] == _LINES
+    assert [r.getMessage() for r in records] == _LINES
+    assert all(r.args == () for r in records)
+    assert {r.levelno for r in records} == {logging.INFO}
+    assert capfd.readouterr().err == ""
+
+
+# A host with logging left unconfigured: product stderr must not reach its fd 2 either
+# (logging's last-resort handler prints WARNING and above only).
+_QUIET_HOST = """
+import sys
+import anyio
+from dsh_subprocess import SpawnSpec, spawn
+
+async def main() -> None:
+    code = "import sys; print('product noise', file=sys.stderr)"
+    spec = SpawnSpec(argv=(sys.executable, "-c", code), cwd=sys.argv[1], host_death_guard=False)
+    async with await spawn(spec) as proc:
+        assert (await proc.wait()).exit_code == 0
+    print("done", flush=True)
+
+anyio.run(main)
+"""
+
+
+async def test_a_host_without_logging_configured_prints_no_product_stderr(
+    tmp_path: Path,
+) -> None:
+    host_stderr = _Recorder()
+    spec = _python(_QUIET_HOST, tmp_path, stdin="devnull", host_death_guard=False)
+    spec = spec.model_copy(update={"argv": (*spec.argv, str(tmp_path))})
+    async with await spawn(spec, stderr_observer=host_stderr) as host:
+        assert host.stdout is not None
+        out = b""
+        async for chunk in host.stdout:
+            out += chunk
+        assert await host.wait() == ExitFacts(exit_code=0, signal=None), host_stderr.lines
+    assert out == b"done\n"
+    assert host_stderr.lines == []
 
 
 async def test_stdout_is_a_protocol_stream_and_stdin_is_writable(tmp_path: Path) -> None:

@@ -11,13 +11,31 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
-from dsh_subprocess import ExitFacts, ManagedProcess, SpawnSpec, guard_server_pid, spawn
+from dsh_subprocess import (
+    ExitFacts,
+    ManagedProcess,
+    SpawnSpec,
+    _guard_server,
+    guard_server_pid,
+    spawn,
+)
 from dsh_subprocess.testing import alive, snapshot
 
 pytestmark = pytest.mark.anyio
 
+# A hang guard, not a timing: the trees waited on would live for a minute or forever
+# unless something killed them, so getting past it at all is the event asserted.
+_HANG_GUARD_SECONDS = 30.0
+
 # Prints one line once the traps are in place, so signals are never sent too early.
 _TERM_IGNORING = "trap '' TERM; echo ready; while :; do sleep 0.05; done"
+
+# An escapee in a session (and group) of its own: it records a SIGTERM in $EVENTS, then
+# exits ("honour") or carries on ("ignore"), and says "escaped" once its trap is set.
+_ESCAPEE = """trap 'echo got TERM >> "$EVENTS"; [ "$1" = honour ] && exit 0' TERM
+echo escaped
+while :; do sleep 0.05; done
+"""
 
 
 def sh(script: str, cwd: Path, **fields: object) -> SpawnSpec:
@@ -40,30 +58,33 @@ async def _wait_for_tree_size(proc: ManagedProcess, minimum: int) -> frozenset[i
     return pids
 
 
-async def test_tree_with_grandchildren_dies_on_terminate(tmp_path: Path, guarded: bool) -> None:
+async def test_tree_with_grandchildren_dies_on_terminate(
+    tmp_path: Path, guarded: bool, sent_signals: list[int]
+) -> None:
     script = "sh -c 'sleep 60 & sleep 60 & wait' & sleep 60 & echo ready; wait"
-    proc = await spawn(sh(script, tmp_path, host_death_guard=guarded, grace=5))
+    proc = await spawn(sh(script, tmp_path, host_death_guard=guarded, grace=_HANG_GUARD_SECONDS))
     await _read_line(proc)
     pids = await _wait_for_tree_size(proc, 5 + guarded)
     procs = snapshot(pids)
-    started = time.monotonic()
     facts = await proc.terminate()
-    elapsed = time.monotonic() - started
     assert facts == ExitFacts(exit_code=None, signal="SIGTERM")
     assert not alive(procs)
     assert not proc.tree_alive()
     assert proc.tree_pids() == frozenset()
-    assert elapsed < 2.0  # SIGTERM was honoured: no wait for the 5 s grace
+    assert sent_signals == [signal.SIGTERM]  # honoured: no escalation was needed
 
 
-async def test_term_ignoring_child_is_killed_after_grace(tmp_path: Path, guarded: bool) -> None:
+async def test_term_ignoring_child_is_killed_after_grace(
+    tmp_path: Path, guarded: bool, sent_signals: list[int]
+) -> None:
     proc = await spawn(sh(_TERM_IGNORING, tmp_path, host_death_guard=guarded, grace=0.3))
     await _read_line(proc)
     procs = snapshot(proc.tree_pids())
     started = time.monotonic()
     facts = await proc.terminate()
-    elapsed = time.monotonic() - started
-    assert 0.3 <= elapsed < 3.0
+    assert time.monotonic() - started >= 0.3  # the grace is waited out first
+    assert sent_signals[0] == signal.SIGTERM
+    assert set(sent_signals[1:]) == {signal.SIGKILL}  # then escalated
     assert facts.signal == "SIGKILL" or facts.exit_code is not None  # see the next assertion
     if guarded:
         # Under the guard the product itself is SIGKILLed first and the guard reports it.
@@ -72,24 +93,53 @@ async def test_term_ignoring_child_is_killed_after_grace(tmp_path: Path, guarded
     assert not proc.tree_alive()
 
 
-async def test_setsid_grandchild_holding_stdout_is_killed(tmp_path: Path, guarded: bool) -> None:
-    # The grandchild ignores TERM, leaves the group and keeps our stdout pipe open.
-    script = (
-        "setsid sh -c \"trap '' TERM; echo grandchild; while :; do sleep 0.05; done\" & "
-        "echo ready; wait"
-    )
-    proc = await spawn(sh(script, tmp_path, host_death_guard=guarded, grace=0.3))
+async def _escapee_tree(
+    tmp_path: Path, guarded: bool, *, honour: bool, grace: float
+) -> tuple[ManagedProcess, list[psutil.Process]]:
+    """A product whose child called setsid (and holds our stdout), both ready for signals."""
+    escapee = tmp_path / "escapee.sh"
+    escapee.write_text(_ESCAPEE)
+    mode = "honour" if honour else "ignore"
+    script = f'setsid /bin/sh "$ESCAPEE" {mode} & echo ready; wait'
+    env = {"ESCAPEE": str(escapee), "EVENTS": str(tmp_path / "events")}
+    proc = await spawn(sh(script, tmp_path, host_death_guard=guarded, grace=grace, env=env))
     assert proc.stdout is not None
     seen = b""
     with anyio.fail_after(10):
-        while b"grandchild" not in seen or b"ready" not in seen:
+        while b"escaped" not in seen or b"ready" not in seen:
             seen += await proc.stdout.receive()
     procs = snapshot(await _wait_for_tree_size(proc, 3 + guarded))
     sessions = {p.pid: os.getsid(p.pid) for p in procs}
     assert len(set(sessions.values())) >= 2  # someone really left the session
+    return proc, procs
+
+
+async def test_setsid_grandchild_holding_stdout_gets_term_then_kill(
+    tmp_path: Path, guarded: bool, sent_signals: list[int]
+) -> None:
+    # The grandchild leaves the group, keeps our stdout open and ignores SIGTERM.
+    proc, procs = await _escapee_tree(tmp_path, guarded, honour=False, grace=0.3)
     await proc.terminate()
     assert not alive(procs)
     assert not proc.tree_alive()
+    # It was asked to stop before the grace ran out and was killed only after that.
+    assert (tmp_path / "events").read_text() == "got TERM\n"
+    assert sent_signals[0] == signal.SIGTERM
+    assert signal.SIGKILL in sent_signals
+
+
+async def test_setsid_grandchild_that_honours_term_ends_without_a_kill(
+    tmp_path: Path, guarded: bool, sent_signals: list[int]
+) -> None:
+    # A long grace: had the escapee not been sent SIGTERM, only the SIGKILL after the
+    # grace would have ended it, and it would have recorded nothing.
+    proc, procs = await _escapee_tree(tmp_path, guarded, honour=True, grace=_HANG_GUARD_SECONDS)
+    facts = await proc.terminate()
+    assert facts == ExitFacts(exit_code=None, signal="SIGTERM")
+    assert not alive(procs)
+    assert not proc.tree_alive()
+    assert (tmp_path / "events").read_text() == "got TERM\n"
+    assert signal.SIGKILL not in sent_signals  # the tree ended on SIGTERM alone
 
 
 async def test_double_forked_daemon_is_caught_by_the_guard(tmp_path: Path) -> None:
@@ -135,7 +185,7 @@ async def test_exit_facts_absent_while_running(tmp_path: Path, guarded: bool) ->
 async def test_wait_returns_when_product_exits_while_a_descendant_lives(tmp_path: Path) -> None:
     script = "sh -c 'echo escaped; sleep 60' & sleep 0.2; exit 5"
     proc = await spawn(sh(script, tmp_path, stdout="devnull"))
-    with anyio.fail_after(5):
+    with anyio.fail_after(_HANG_GUARD_SECONDS):
         facts = await proc.wait()
     assert facts == ExitFacts(exit_code=5, signal=None)
     assert proc.tree_alive()  # the sleep survives its parent
@@ -205,24 +255,35 @@ async def test_fifty_concurrent_spawns_are_all_reaped(tmp_path: Path) -> None:
     }
 
 
-async def test_a_product_that_left_the_group_still_gets_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("served", [True, False], ids=["server", "per-spawn"])
+async def test_a_product_that_left_the_group_still_gets_sigterm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: bool, sent_signals: list[int]
+) -> None:
+    # Only under a guard can the product leave the group: started directly it leads its
+    # own session, and setsid() is refused to a session leader.
+    monkeypatch.setattr(_guard_server, "enabled", served)
     script = "import os, sys, time; os.setsid(); print('ready', flush=True); time.sleep(60)"
-    proc = await spawn(SpawnSpec(argv=(sys.executable, "-c", script), cwd=str(tmp_path), grace=5))
+    spec = SpawnSpec(argv=(sys.executable, "-c", script), cwd=str(tmp_path), grace=60)
+    proc = await spawn(spec)
     await _read_line(proc)
-    started = time.monotonic()
     assert await proc.terminate() == ExitFacts(exit_code=None, signal="SIGTERM")
-    assert time.monotonic() - started < 2.0
+    assert signal.SIGKILL not in sent_signals
 
 
-async def test_host_exit_kill_path_kills_at_once(tmp_path: Path, guarded: bool) -> None:
+async def test_host_exit_kill_path_kills_at_once(
+    tmp_path: Path, guarded: bool, sent_signals: list[int]
+) -> None:
     proc = await spawn(sh(_TERM_IGNORING, tmp_path, host_death_guard=guarded, grace=60))
     await _read_line(proc)
     procs = snapshot(proc.tree_pids())
     proc.kill_tree_now()
-    with anyio.fail_after(2):
+    with anyio.fail_after(_HANG_GUARD_SECONDS):
         await proc.wait_tree_exit()
     assert not alive(procs)
+    assert set(sent_signals) == {signal.SIGKILL}  # no SIGTERM, no grace
+    sent_before = len(sent_signals)
     proc.kill_tree_now()  # a second call after the tree has gone sends nothing
+    assert len(sent_signals) == sent_before
     facts = await proc.terminate()
     if guarded:
         # The guard may die before it reaps the product; then nothing is known, and

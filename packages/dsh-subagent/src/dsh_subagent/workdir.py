@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import os
-import stat
+
+from dsh_subprocess import probe_cwd
 
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
 
@@ -61,19 +62,6 @@ def assert_positive_finite(
     return value
 
 
-def _enterable_directory(path: str) -> bool:
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return False
-    if not stat.S_ISDIR(st.st_mode):
-        return False
-    # os.access(X_OK) always succeeds for root on a directory, so a mode-600 directory
-    # would pass when the host runs as root; requiring an execute bit keeps the rule
-    # "an enterable directory with execute permission" identical for every user.
-    return bool(st.st_mode & 0o111) and os.access(path, os.X_OK)
-
-
 def assert_usable_cwd(
     prefix: str,
     label: str,
@@ -95,11 +83,14 @@ def assert_usable_cwd(
     Raises:
         SubagentError: ``<prefix>: <label> must be an absolute path: <cwd>`` or
             ``<prefix>: <label> is not an accessible directory: <cwd>`` (missing, a
-            file, no execute permission).
+            file, no execute permission). The rule is :func:`dsh_subprocess.probe_cwd`,
+            the one the spawn applies, so a directory without any execute bit is refused
+            even when the host runs as root.
     """
-    if not os.path.isabs(cwd):
+    problem = probe_cwd(cwd)
+    if problem == "relative":
         raise SubagentError(code, f"{prefix}: {label} must be an absolute path: {cwd}")
-    if not _enterable_directory(cwd):
+    if problem is not None:
         raise SubagentError(code, f"{prefix}: {label} is not an accessible directory: {cwd}")
     return cwd
 

@@ -1,19 +1,28 @@
 """Managed process trees that never outlive their owner.
 
 ``dsh_subprocess`` is the single owner of spawning product processes: credential
-scrubbing of the child environment, a new session per child, the host-death guard,
-TERM→grace→KILL of the whole tree (descendants that called ``setsid`` included),
-whole-tree exit observation, exit facts and stderr draining.
+scrubbing of the child environment (by name, and by a URL password in the value), a new
+session per child, the host-death guard, TERM→grace→KILL of the whole tree (descendants
+that called ``setsid`` included), whole-tree exit observation, exit facts and stderr
+draining.
 """
 
-from ._guard_server import guard_server_pid, shutdown_guard_server
+from ._guard_server import GUARD_PATH, guard_server_pid, shutdown_guard_server
 from ._hostexit import kill_all_trees_now
-from ._stderr import StderrObserver, forward_to_host_stderr
+from ._spawn import spawn
+from ._stderr import StderrObserver
 from ._until_exit import StdoutUntilExit
-from .env import check_env_overlay, child_env, is_scrubbed_name, scrubbed_parent_env
+from .cwd import probe_cwd
+from .env import (
+    check_env_overlay,
+    child_env,
+    is_scrubbed_name,
+    is_scrubbed_value,
+    scrubbed_parent_env,
+)
 from .errors import CwdProblem, DshSubprocessError, InvalidCwdError, SpawnError
 from .facts import ExitFacts, signal_name
-from .process import GUARD_PATH, ManagedProcess, spawn
+from .process import ManagedProcess
 from .spec import MAX_GRACE_SECONDS, SpawnSpec, StderrMode, StdioMode
 
 __all__ = [
@@ -32,10 +41,11 @@ __all__ = [
     "StdoutUntilExit",
     "check_env_overlay",
     "child_env",
-    "forward_to_host_stderr",
     "guard_server_pid",
     "is_scrubbed_name",
+    "is_scrubbed_value",
     "kill_all_trees_now",
+    "probe_cwd",
     "scrubbed_parent_env",
     "shutdown_guard_server",
     "signal_name",

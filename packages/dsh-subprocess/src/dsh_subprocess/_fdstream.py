@@ -1,8 +1,8 @@
-"""anyio byte streams over the host's ends of a product's stdin/stdout pipes.
+"""The host's pipe fds: anyio byte streams over a product's stdin/stdout, and closing.
 
-Used when the product is started by the guard server, so no ``anyio.abc.Process`` owns
-the pipes. The fds are non-blocking; waiting goes through ``anyio.wait_readable`` /
-``wait_writable``, which work on asyncio and trio alike.
+The streams are used when the product is started by the guard server, so no
+``anyio.abc.Process`` owns the pipes. The fds are non-blocking; waiting goes through
+``anyio.wait_readable`` / ``wait_writable``, which work on asyncio and trio alike.
 """
 
 from __future__ import annotations
@@ -15,6 +15,14 @@ import anyio.abc
 import anyio.lowlevel
 
 _DEFAULT_RECEIVE = 65536
+
+
+def close_quietly(*fds: int | None) -> None:
+    """Close each fd that is set, ignoring errors (an fd may be closed already)."""
+    for fd in fds:
+        if fd is not None and fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class _FdResource:

@@ -33,11 +33,17 @@ A guard
   ``P <pid>`` (started) or ``E <errno>`` (exec failed), then ``X <code>`` or
   ``S <signum>`` as soon as the product exits;
 * reaps every child and exits only when none is left;
+* when it receives SIGTERM (the host's group SIGTERM reaches it as the group's leader),
+  passes it on to every descendant outside its process group, found through
+  ``/proc/<pid>/task/<tid>/children`` (a full /proc walk where the kernel lacks those):
+  those that called ``setsid`` or double-forked are asked to stop too, not only killed
+  after the grace;
 * when a watched pipe (the host's lifeline, in server mode also the server's) reaches
   EOF, SIGKILLs every descendant, found by walking /proc, and exits.
 
-A guard ignores SIGTERM/SIGINT/SIGHUP so a group SIGTERM reaches the product while the
-guard keeps reaping; the host's escalation SIGKILLs it with the rest of the group.
+A guard does not die of SIGTERM/SIGINT/SIGHUP, so a group SIGTERM reaches the product
+(and, relayed, the escapees) while the guard keeps reaping; the host's escalation
+SIGKILLs it with the rest of the group.
 """
 
 # _signal, not signal: the latter imports enum, a few ms of start-up for every product.
@@ -76,6 +82,7 @@ def _close(*fds: int) -> None:
 
 
 def _children_map() -> dict[int, list[int]]:
+    """Every live process (zombies left out), listed under its parent's pid."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -124,6 +131,59 @@ def _kill_all(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def _subtree(root: int) -> list[int] | None:
+    """``root``'s descendants from ``/proc/<pid>/task/<tid>/children``, or ``None``.
+
+    Reads only the tree's own entries (a full ``/proc`` scan costs milliseconds on a busy
+    host). ``None`` when the kernel has no such files. A child that starts or exits
+    during the walk may be missed: good enough for a request to stop, never for a kill.
+    """
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return None  # a kernel without CONFIG_PROC_CHILDREN
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        pid = frontier.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone meanwhile
+        for tid in tids:  # a child is listed under the thread that forked it
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as listing:
+                    kids = [int(kid) for kid in listing.read().split()]
+            except (OSError, ValueError):
+                continue  # the thread or process is gone meanwhile
+            found += kids
+            frontier += kids
+    return found
+
+
+def _relay_term(asked: set[int]) -> None:
+    """Pass a SIGTERM on to every descendant outside the guard's own process group.
+
+    The host ends a tree with one SIGTERM to the guard's group. A descendant that called
+    ``setsid`` (or double-forked into a group of its own) is not in that group, but, the
+    guard being the tree's subreaper, it is still the guard's descendant: it is asked to
+    stop now rather than only killed after the grace. Pids in ``asked`` were asked by an
+    earlier walk and are skipped (one SIGTERM each); the new ones are added.
+    """
+    me = os.getpid()
+    group = os.getpgrp()
+    below = _subtree(me)
+    if below is None:
+        below = _below(_children_map(), [me])
+    for pid in below:
+        if pid in asked:
+            continue
+        try:
+            if os.getpgid(pid) != group:
+                os.kill(pid, signal.SIGTERM)
+                asked.add(pid)
+        except OSError:
+            pass  # gone meanwhile
 
 
 def _kill_everything() -> None:
@@ -229,12 +289,15 @@ def _wakeup_pipe() -> int:
     return wake_r
 
 
-def _drain(fd: int) -> None:
+def _drain(fd: int) -> bytes:
+    """Empty the signal wakeup pipe; return what it held (one byte per signal number)."""
+    seen = b""
     try:
-        while os.read(fd, 512):
-            pass
+        while chunk := os.read(fd, 512):
+            seen += chunk
     except BlockingIOError:
         pass
+    return seen
 
 
 def _watch(product: int, status_fd: int, watched: tuple[int, ...], wake_r: int) -> int:
@@ -244,6 +307,7 @@ def _watch(product: int, status_fd: int, watched: tuple[int, ...], wake_r: int) 
     for fd in (*watched, wake_r):
         poller.register(fd, select.POLLIN)
     product_status: int | None = None
+    asked: set[int] | None = None  # once SIGTERM came: the descendants it was passed on to
     while True:
         reaped, none_left = _reap_all()
         for pid, status in reaped:
@@ -255,9 +319,14 @@ def _watch(product: int, status_fd: int, watched: tuple[int, ...], wake_r: int) 
                     _write(status_fd, f"S {os.WTERMSIG(status)}\n")
         if none_left:
             return product_status if product_status is not None else 0
+        if asked is not None and reaped:
+            # A process that died during the last walk left its children to this guard
+            # (the subreaper) only then: look again, asking only those not asked yet.
+            _relay_term(asked)
         ready = {fd for fd, _events in poller.poll()}
-        if wake_r in ready:
-            _drain(wake_r)
+        if wake_r in ready and signal.SIGTERM in _drain(wake_r):
+            asked = asked if asked is not None else set()
+            _relay_term(asked)
         for fd in watched:
             if fd in ready and not os.read(fd, 512):
                 _kill_everything()
@@ -284,8 +353,8 @@ def main(argv: list[str]) -> None:
     os.set_inheritable(status_fd, False)
     os.set_inheritable(lifeline_fd, False)
     libc = ctypes.CDLL(None, use_errno=True)
-    _become_guard(libc)
     wake_r = _wakeup_pipe()
+    _become_guard(libc)
     product = _start_product(_Product(argv[4:]), status_fd, libc)
 
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -303,9 +372,9 @@ def _guard_child(
 ) -> None:  # never returns; runs in a child forked by the server
     stdin_fd, stdout_fd, stderr_fd, status_fd = fds
     os.setsid()
+    wake_r = _wakeup_pipe()  # before the host can know this pid: no SIGTERM goes unseen
     _become_guard(libc)
     _write(status_fd, f"G {os.getpid()}\n")
-    wake_r = _wakeup_pipe()
     argv, cwd, env = marshal.loads(request)
     product = _start_product(
         _Product(list(argv), dict(env), cwd, (stdin_fd, stdout_fd, stderr_fd)), status_fd, libc

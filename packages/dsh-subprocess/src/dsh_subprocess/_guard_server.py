@@ -20,7 +20,14 @@ import sys
 import threading
 from pathlib import Path
 
-__all__ = ["GuardServer", "acquire", "forget", "guard_server_pid", "shutdown_guard_server"]
+__all__ = [
+    "GuardServer",
+    "ServerUnavailable",
+    "acquire",
+    "forget",
+    "guard_server_pid",
+    "shutdown_guard_server",
+]
 
 GUARD_PATH = str(Path(__file__).with_name("_guard.py"))
 
@@ -35,6 +42,10 @@ Process accounting that counts the host's descendants leaves :func:`guard_server
 out (see :func:`dsh_subprocess.testing.host_descendants`): the server is a long-lived
 descendant of the host, not a leftover.
 """
+
+
+class ServerUnavailable(Exception):
+    """The guard server could not take a request; nothing was started for it."""
 
 
 class GuardServer:

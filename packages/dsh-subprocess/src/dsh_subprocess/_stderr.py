@@ -1,28 +1,47 @@
-"""A daemon thread that drains a child's stderr pipe and forwards it line by line."""
+"""A daemon thread that drains a child's stderr pipe and forwards it line by line.
+
+Without an observer of the caller's, each line goes to Python logging (the
+``dsh_subprocess.stderr`` logger, level INFO, the line itself as the message), never to
+the host's own stderr: what reaches a terminal or a log file is the host's choice.
+"""
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import logging
 import os
-import sys
 import threading
 from collections.abc import Callable
 
 StderrObserver = Callable[[str], None]
 
+STDERR_LOGGER = "dsh_subprocess.stderr"
+
 _CHUNK = 65536
 _MAX_LINE_CHARS = 1 << 20  # a newline-free flood is forwarded in pieces, never hoarded
+_log = logging.getLogger(STDERR_LOGGER)
 
 
-def forward_to_host_stderr(line: str) -> None:
-    """The default observer: write the line, newline restored, to the host's ``sys.stderr``."""
-    stream = sys.stderr
-    if stream is None:
-        return
-    with contextlib.suppress(Exception):  # host stderr is an observation sink, not an authority
-        stream.write(line + "\n")
-        stream.flush()
+def log_stderr_line(line: str) -> None:
+    """The default observer: log the line unchanged at INFO on ``dsh_subprocess.stderr``.
+
+    The record's message is the line itself (no arguments, so a ``%`` in it is never
+    interpreted); nothing is parsed or added.
+    """
+    _log.info(line)
+
+
+def start_drain(fd: int | None, observer: StderrObserver | None) -> StderrDrain | None:
+    """Start draining the read end ``fd`` of a stderr pipe, if there is one.
+
+    ``observer`` defaults to :func:`log_stderr_line`.
+    """
+    if fd is None:
+        return None
+    drain = StderrDrain(fd, observer or log_stderr_line)
+    drain.start()
+    return drain
 
 
 def _discard(line: str) -> None:

@@ -1,36 +1,34 @@
-"""Spawning a product process tree and owning it until whole-tree exit."""
+"""The handle on one product tree, from spawn to observed whole-tree exit.
+
+:func:`~dsh_subprocess.spawn` builds it (through the guard server, a per-spawn guard or
+directly); from then on this module owns observation (exit facts, tree liveness) and
+the TERM → grace → KILL teardown.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import marshal
 import os
 import signal
-import stat
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 import psutil
 
-from . import _guard_server, _hostexit, _tree
-from ._fdstream import FdReceiveStream, FdSendStream
-from ._stderr import StderrDrain, StderrObserver, forward_to_host_stderr
+from . import _hostexit, _tree
+from ._fdstream import FdReceiveStream, FdSendStream, close_quietly
+from ._guard_server import ServerUnavailable
+from ._status import StatusPipe
+from ._stderr import StderrDrain
 from ._until_exit import StdoutUntilExit
-from .env import child_env
-from .errors import DshSubprocessError, InvalidCwdError, SpawnError
+from .errors import DshSubprocessError, SpawnError
 from .facts import ExitFacts, signal_name
 from .spec import SpawnSpec
 
-__all__ = ["GUARD_PATH", "ManagedProcess", "spawn"]
-
-GUARD_PATH = _guard_server.GUARD_PATH
-"""The host-death guard program (run with ``sys.executable -I -S``)."""
+__all__ = ["ManagedProcess", "adopt"]
 
 _POLL_SECONDS = 0.01
 _DISCOVERY_INTERVAL_SECONDS = 0.1  # how often a guarded tree is re-walked while waiting
@@ -38,39 +36,7 @@ _DIRECT_DISCOVERY_SECONDS = 0.03
 _GUARD_SELF_EXIT_SECONDS = 0.5  # after the product is SIGKILLed the guard reaps and reports
 _KILL_RETRY_SECONDS = 1.0
 _DRAIN_JOIN_SECONDS = 1.0
-_GUARDED = sys.platform == "linux"
 _GUARD_START_SECONDS = 30.0  # a server that has not forked the guard by then is broken
-_SEND_RETRY_SECONDS = 0.001
-
-
-class _ServerUnavailable(Exception):
-    """The guard server could not take the request; nothing was started for it."""
-
-
-def _probe_cwd(cwd: str) -> None:
-    if not os.path.isabs(cwd):
-        raise InvalidCwdError("relative")
-    try:
-        info = os.stat(cwd)
-    except FileNotFoundError:
-        raise InvalidCwdError("missing") from None
-    except NotADirectoryError:
-        raise InvalidCwdError("not_a_directory") from None
-    except OSError:
-        raise InvalidCwdError("not_enterable") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise InvalidCwdError("not_a_directory")
-    # A directory with no search bit at all is refused even for root, whom access()
-    # would let through: the product would be running somewhere nobody may enter.
-    if not os.access(cwd, os.X_OK) or not info.st_mode & 0o111:
-        raise InvalidCwdError("not_enterable")
-
-
-def _close_quietly(*fds: int | None) -> None:
-    for fd in fds:
-        if fd is not None and fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
 
 def _facts_from_returncode(code: int) -> ExitFacts:
@@ -110,9 +76,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
         self._spec = spec
         self._process = process
         self._guarded = guarded
-        self._status_fd = status_fd
-        self._status_buf = b""
-        self._status_eof = status_fd is None
+        self._status = StatusPipe(status_fd)
         self._lifeline_fd = lifeline_fd
         self._stderr_drain = stderr_drain
         self._status_waiting = False  # one task at a time may wait on the status fd
@@ -223,10 +187,13 @@ class ManagedProcess(anyio.abc.AsyncResource):
     async def terminate(self) -> ExitFacts:
         """Terminate the whole tree and wait until none of it is alive.
 
-        SIGTERM goes to the process group (and to the product if it left the group);
-        after ``spec.grace`` seconds SIGKILL goes to the group and to every descendant
-        found by a snapshot taken before signalling or discovered since. Nothing is
-        signalled once whole-tree absence has been observed. The teardown is shielded
+        SIGTERM goes to every live member of the tree: to the process group, and to each
+        descendant that left it (``setsid``, double fork). Under the host-death guard the
+        guard passes it on to those (it is their subreaper); without it the host sends
+        it to those found by a snapshot taken before signalling. After ``spec.grace``
+        seconds SIGKILL goes to the group and to every descendant found by that snapshot
+        or discovered since. Nothing is signalled once whole-tree absence has been
+        observed. The teardown is shielded
         from cancellation, and it is memoised: concurrent and repeated calls share one
         outcome.
 
@@ -280,7 +247,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
         if self._process is None:
             # A served guard holds the status pipe's only write end until it exits.
             self._read_status()
-            return not self._status_eof
+            return not self._status.eof
         return (
             self._process.returncode is None
             and self._root is not None
@@ -320,33 +287,13 @@ class ManagedProcess(anyio.abc.AsyncResource):
 
     def _close_lifeline(self) -> None:
         fd, self._lifeline_fd = self._lifeline_fd, None
-        _close_quietly(fd)
+        close_quietly(fd)
 
     def _read_status(self) -> None:
-        fd = self._status_fd
-        if fd is None or self._status_eof:
-            return
-        while True:
-            try:
-                chunk = os.read(fd, 4096)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self._status_eof = True
-                break
-            self._status_buf += chunk
-        *lines, self._status_buf = self._status_buf.split(b"\n")
-        for line in lines:
-            self._apply_status(line)
+        for kind, number in self._status.read():
+            self._apply_status(kind, number)
 
-    def _apply_status(self, line: bytes) -> None:
-        kind, _, value = line.decode("ascii", "replace").partition(" ")
-        try:
-            number = int(value)
-        except ValueError:
-            return
+    def _apply_status(self, kind: str, number: int) -> None:
         if kind == "G" and self._process is None and self._root_pid < 0:
             self._root_pid = number
             self._root = self._psutil_or_none(number)
@@ -373,7 +320,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
         if self._facts is None and (self._process is None or self._process.returncode is not None):
             # The guard is gone; whatever it reported is in the pipe by now.
             self._read_status()
-            if self._facts is None and self._status_eof:
+            if self._facts is None and self._status.eof:
                 # The guard was killed before it could reap the product (the host-exit
                 # path): its own end says nothing about the product's, so nothing is known.
                 self._facts = ExitFacts(exit_code=None, signal=None)
@@ -381,8 +328,6 @@ class ManagedProcess(anyio.abc.AsyncResource):
 
     async def _handshake(self) -> None:
         """Wait for the guard to report the product's pid, or why it could not start it."""
-        fd = self._status_fd
-        assert fd is not None
         while True:
             self._read_status()
             if self._product_pid > 0:
@@ -391,9 +336,10 @@ class ManagedProcess(anyio.abc.AsyncResource):
             if code is not None:
                 cause = OSError(code, os.strerror(code)) if code else OSError("exec failed")
                 raise SpawnError(errno=code or None) from cause
-            if self._status_eof:
+            fd = self._status.fd
+            if fd is None:
                 if self._process is None and self._root_pid < 0:
-                    raise _ServerUnavailable  # no guard was forked: the server died
+                    raise ServerUnavailable  # no guard was forked: the server died
                 raise SpawnError(errno=None) from None
             if self._process is None and self._root_pid < 0:
                 # Shielded: a forked guard is never left unknown to a cancelled spawn.
@@ -401,7 +347,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
                     with anyio.move_on_after(_GUARD_START_SECONDS) as timeout:
                         await anyio.wait_readable(fd)
                     if timeout.cancelled_caught:
-                        raise _ServerUnavailable  # the server hangs
+                        raise ServerUnavailable  # the server hangs
             else:
                 await anyio.wait_readable(fd)
 
@@ -414,8 +360,8 @@ class ManagedProcess(anyio.abc.AsyncResource):
         does only once nothing of the tree is left (it is the tree's subreaper).
         """
         while not condition():
-            fd = self._status_fd
-            if fd is None or self._status_eof or self._status_waiting:
+            fd = self._status.fd
+            if fd is None or self._status_waiting:
                 await anyio.sleep(interval)
                 continue
             self._status_waiting = True
@@ -438,16 +384,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
         drain, self._stderr_drain = self._stderr_drain, None
         if drain is not None:
             drain.detach()
-        self._close_status_fd()
-
-    def _close_status_fd(self) -> None:
-        fd, self._status_fd = self._status_fd, None
-        if fd is None:
-            return
-        # Wakes a task of this loop waiting on it (``wait()`` while another terminates).
-        with contextlib.suppress(RuntimeError):
-            anyio.notify_closing(fd)
-        _close_quietly(fd)
+        self._status.close()
 
     # -- teardown -------------------------------------------------------------------
 
@@ -461,15 +398,17 @@ class ManagedProcess(anyio.abc.AsyncResource):
         return not self._live_members(discover=self._discovery_due())
 
     def _send_term(self) -> None:
+        """SIGTERM to every live member of the tree, inside the root's group or not."""
         _tree.signal_group(self._root_pid, signal.SIGTERM)
-        product = self._product
-        if (
-            product is not None
-            and product is not self._root
-            and _tree.is_live(product)
-            and _tree.process_group_of(product) != self._root_pid
-        ):
-            _tree.signal_process(product, signal.SIGTERM)
+        if self._guarded and self._root_alive():
+            # The guard leads the group, so it got that SIGTERM too, and passes it on to
+            # every descendant outside the group: it is their subreaper and sees them all.
+            return
+        # No guard (or it is gone): the members known from the pre-signal snapshot that
+        # left the group (``setsid``, a group of their own) get it one by one.
+        for proc in list(self._known.values()):
+            if _tree.is_live(proc) and _tree.process_group_of(proc) != self._root_pid:
+                _tree.signal_process(proc, signal.SIGTERM)
 
     async def _kill_round(self) -> None:
         members = self._live_members(discover=True)
@@ -513,242 +452,29 @@ class ManagedProcess(anyio.abc.AsyncResource):
                 await _poll_until(lambda: drain.done)
             drain.detach()
         self._read_status()
-        self._status_eof = True
-        self._close_status_fd()
+        self._status.close()
         self._close_lifeline()
 
 
-async def spawn(
-    spec: SpawnSpec, *, stderr_observer: StderrObserver | None = None
-) -> ManagedProcess:
-    """Start ``spec`` in a new session and return the handle that owns its tree.
+async def adopt(proc: ManagedProcess, *, handshake: bool) -> ManagedProcess:
+    """Hand out a newly started tree's handle, or tear the tree down: every spawn path's tail.
 
-    Args:
-        spec: What to run.
-        stderr_observer: Called from a daemon thread with each stderr line (UTF-8,
-            undecodable bytes replaced, trailing newline removed) when
-            ``spec.stderr == "pipe"``. Defaults to writing the line to ``sys.stderr``.
-
-    Returns:
-        The managed process. Always :meth:`~ManagedProcess.terminate` it (or use
-        ``async with``).
+    Under a guard it first waits for the guard's report that the product started. A
+    cancellation that arrived meanwhile is delivered after the tree was torn down: a
+    cancelled spawn never hands out a process.
 
     Raises:
-        InvalidCwdError: ``spec.cwd`` is relative, missing, not a directory or not
-            enterable; nothing was started.
-        SpawnError: The program could not be started; nothing is left running.
+        ServerUnavailable: The guard server forked no guard for this request; nothing of
+            it runs, the handle is discarded and the caller may fall back.
+        SpawnError: The guard could not start the product; nothing is left running.
     """
-    _probe_cwd(spec.cwd)
-    env = child_env(spec.env)
-    guarded = spec.host_death_guard and _GUARDED
-    if guarded and _guard_server.enabled:
-        try:
-            return await _spawn_served(spec, env, stderr_observer)
-        except _ServerUnavailable:
-            pass  # nothing was started: fall back to a guard of its own
-    return await _spawn_process(spec, env, guarded, stderr_observer)
-
-
-def _fd_open(fd: int) -> bool:
     try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
-
-
-def _encode_request(spec: SpawnSpec, env: dict[str, str]) -> bytes:
-    return marshal.dumps(
-        (
-            [os.fsencode(arg) for arg in spec.argv],
-            os.fsencode(spec.cwd),
-            [(os.fsencode(name), os.fsencode(value)) for name, value in env.items()],
-        )
-    )
-
-
-async def _send_request(server: _guard_server.GuardServer, payload: bytes, fds: list[int]) -> None:
-    for attempt in (1, 2):
-        deadline = time.monotonic() + _GUARD_START_SECONDS
-        while True:
-            try:
-                server.send(payload, fds)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    break
-                await anyio.sleep(_SEND_RETRY_SECONDS)  # the server is busy forking
-            except (BrokenPipeError, ConnectionError):
-                break  # the server is gone
-            except OSError:
-                raise _ServerUnavailable from None  # this request's problem (EMSGSIZE…)
-        _guard_server.forget(server)
-        if attempt == 2:
-            break
-        restarted = _guard_server.acquire()
-        if restarted is None:
-            break
-        server = restarted
-    raise _ServerUnavailable
-
-
-async def _spawn_served(
-    spec: SpawnSpec, env: dict[str, str], stderr_observer: StderrObserver | None
-) -> ManagedProcess:
-    payload = _encode_request(spec, env)
-    if len(payload) > _guard_server.MAX_REQUEST_BYTES:
-        raise _ServerUnavailable
-    server = _guard_server.acquire()
-    if server is None:
-        raise _ServerUnavailable
-    host_ends: list[int] = []
-    child_ends: list[int] = []
-
-    def pipe() -> tuple[int, int]:
-        read_end, write_end = os.pipe()
-        host_ends.append(read_end)  # closed on failure either way; sorted out below
-        host_ends.append(write_end)
-        return read_end, write_end
-
-    def devnull() -> int:
-        fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        child_ends.append(fd)
-        return fd
-
-    stdin_w = stdout_r = stderr_r = status_r = None
-    try:
-        if spec.stdin == "pipe":
-            stdin_r, stdin_w = pipe()
-            child_ends.append(stdin_r)
-        else:
-            stdin_r = devnull()
-        if spec.stdout == "pipe":
-            stdout_r, stdout_w = pipe()
-            child_ends.append(stdout_w)
-        else:
-            stdout_w = devnull()
-        if spec.stderr == "pipe":
-            stderr_r, stderr_w = pipe()
-            child_ends.append(stderr_w)
-        elif spec.stderr == "devnull":
-            stderr_w = devnull()
-        elif _fd_open(2):
-            stderr_w = 2  # the host's own stderr, passed through
-        else:
-            stderr_w = devnull()  # a closed fd 2 cannot be sent; /dev/null is the nearest
-        status_r, status_w = pipe()
-        child_ends.append(status_w)
-        os.set_blocking(status_r, False)
-        with anyio.CancelScope(shield=True):
-            await _send_request(server, payload, [stdin_r, stdout_w, stderr_w, status_w])
-    except BaseException:
-        _close_quietly(*host_ends, *child_ends)
-        raise
-    # The server holds its own copies now; the host keeps only its ends. What follows
-    # overlaps with the server forking the guard and the guard starting the product.
-    _close_quietly(*child_ends)
-    drain: StderrDrain | None = None
-    if stderr_r is not None:
-        drain = StderrDrain(stderr_r, stderr_observer or forward_to_host_stderr)
-        drain.start()
-    proc = ManagedProcess(
-        spec,
-        None,
-        guarded=True,
-        status_fd=status_r,
-        lifeline_fd=None,
-        stderr_drain=drain,
-        stdin=None if stdin_w is None else FdSendStream(stdin_w),
-        stdout=None if stdout_r is None else FdReceiveStream(stdout_r),
-    )
-    try:
-        await proc._handshake()
-        # A cancelled spawn never hands out a process: it is torn down here instead.
-        await anyio.lowlevel.checkpoint_if_cancelled()
-    except _ServerUnavailable:
-        proc._discard_unstarted()
-        _guard_server.forget(server)  # dead or hanging: either way of no further use
-        raise
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await proc.terminate()
-        raise
-    return proc
-
-
-async def _spawn_process(
-    spec: SpawnSpec, env: dict[str, str], guarded: bool, stderr_observer: StderrObserver | None
-) -> ManagedProcess:
-    stdio: dict[str, Any] = {
-        "stdin": subprocess.PIPE if spec.stdin == "pipe" else subprocess.DEVNULL,
-        "stdout": subprocess.PIPE if spec.stdout == "pipe" else subprocess.DEVNULL,
-    }
-    opened: list[int] = []
-    stderr_r: int | None = None
-    status_r: int | None = None
-    lifeline_w: int | None = None
-    parent_only_closes: list[int] = []
-    try:
-        if spec.stderr == "pipe":
-            stderr_r, stderr_w = os.pipe()
-            opened += [stderr_r, stderr_w]
-            parent_only_closes.append(stderr_w)
-            stdio["stderr"] = stderr_w
-        else:
-            stdio["stderr"] = subprocess.DEVNULL if spec.stderr == "devnull" else None
-        argv: list[str] = list(spec.argv)
-        pass_fds: tuple[int, ...] = ()
-        if guarded:
-            status_r, status_w = os.pipe()
-            lifeline_r, lifeline_w = os.pipe()
-            opened += [status_r, status_w, lifeline_r, lifeline_w]
-            parent_only_closes += [status_w, lifeline_r]
-            os.set_blocking(status_r, False)
-            lc_ctype = "-" if "LC_CTYPE" not in env else "=" + env["LC_CTYPE"]
-            argv = [
-                sys.executable,
-                "-I",
-                "-S",
-                GUARD_PATH,
-                str(status_w),
-                str(lifeline_r),
-                lc_ctype,
-                *argv,
-            ]
-            pass_fds = (status_w, lifeline_r)
-        try:
-            with anyio.CancelScope(shield=True):
-                process = await anyio.open_process(
-                    argv,
-                    cwd=spec.cwd,
-                    env=env,
-                    start_new_session=True,
-                    pass_fds=pass_fds,
-                    **stdio,
-                )
-        except OSError as exc:
-            raise SpawnError(errno=exc.errno) from exc
-    except BaseException:
-        _close_quietly(*opened)
-        raise
-    _close_quietly(*parent_only_closes)
-    drain: StderrDrain | None = None
-    if stderr_r is not None:
-        drain = StderrDrain(stderr_r, stderr_observer or forward_to_host_stderr)
-        drain.start()
-    proc = ManagedProcess(
-        spec,
-        process,
-        guarded=guarded,
-        status_fd=status_r,
-        lifeline_fd=lifeline_w,
-        stderr_drain=drain,
-    )
-    try:
-        if guarded:
+        if handshake:
             await proc._handshake()
-        # A cancelled spawn never hands out a process: it is torn down here instead.
         await anyio.lowlevel.checkpoint_if_cancelled()
+    except ServerUnavailable:
+        proc._discard_unstarted()
+        raise
     except BaseException:
         with anyio.CancelScope(shield=True):
             await proc.terminate()

@@ -30,8 +30,9 @@ class SpawnSpec(BaseModel):
         env: Overlay on the credential-scrubbed parent environment; ``None`` deletes.
         stdin: ``"pipe"`` (an anyio send stream) or ``"devnull"``.
         stdout: ``"pipe"`` (an anyio receive stream) or ``"devnull"``.
-        stderr: ``"pipe"`` (drained by a thread, forwarded line by line to the observer),
-            ``"devnull"`` or ``"inherit"`` (the host's own stderr).
+        stderr: ``"pipe"`` (drained by a thread, forwarded line by line to the observer,
+            by default Python logging), ``"devnull"`` or ``"inherit"`` (the host's own
+            stderr, passed through: an explicit opt-in).
         grace: Seconds between SIGTERM and SIGKILL during :meth:`terminate`.
         host_death_guard: Run the product under the guard program that kills the whole
             tree when the host dies (Linux; ignored elsewhere).

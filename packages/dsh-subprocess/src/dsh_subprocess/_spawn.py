@@ -1,0 +1,59 @@
+"""``spawn()``: check the spec's cwd, build the child environment, pick the spawn path.
+
+Under the host-death guard (Linux) a product goes through this host's guard server
+(:mod:`._served`), falling back to a guard of its own when the server cannot take it;
+otherwise, or without the guard, it is started directly (:mod:`._direct`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import _guard_server
+from ._direct import spawn_direct
+from ._served import spawn_served
+from ._stderr import StderrObserver
+from .cwd import probe_cwd
+from .env import child_env
+from .errors import InvalidCwdError
+from .process import ManagedProcess
+from .spec import SpawnSpec
+
+__all__ = ["spawn"]
+
+_GUARDED = sys.platform == "linux"
+
+
+async def spawn(
+    spec: SpawnSpec, *, stderr_observer: StderrObserver | None = None
+) -> ManagedProcess:
+    """Start ``spec`` in a new session and return the handle that owns its tree.
+
+    Args:
+        spec: What to run.
+        stderr_observer: Called from a daemon thread with each stderr line (UTF-8,
+            undecodable bytes replaced, trailing newline removed) when
+            ``spec.stderr == "pipe"``. By default each line is logged unchanged at INFO
+            on the ``dsh_subprocess.stderr`` logger; nothing is written to the host's
+            stderr unless ``spec.stderr == "inherit"`` passes it through.
+
+    Returns:
+        The managed process. Always :meth:`~ManagedProcess.terminate` it (or use
+        ``async with``).
+
+    Raises:
+        InvalidCwdError: ``spec.cwd`` is relative, missing, not a directory or not
+            enterable (see :func:`~dsh_subprocess.probe_cwd`); nothing was started.
+        SpawnError: The program could not be started; nothing is left running.
+    """
+    problem = probe_cwd(spec.cwd)
+    if problem is not None:
+        raise InvalidCwdError(problem)
+    env = child_env(spec.env)
+    guarded = spec.host_death_guard and _GUARDED
+    if guarded and _guard_server.enabled:
+        try:
+            return await spawn_served(spec, env, stderr_observer)
+        except _guard_server.ServerUnavailable:
+            pass  # nothing was started: fall back to a guard of its own
+    return await spawn_direct(spec, env, guarded, stderr_observer)
