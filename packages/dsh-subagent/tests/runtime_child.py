@@ -9,7 +9,8 @@ It says ``{"type": "ready"}`` (unless the task's first word is ``silent-open``),
 * ``exit <code>`` → exits with that code;
 * ``long <bytes>`` → writes that many bytes without a newline, then waits for EOF;
 * ``garbage`` → a line that is not JSON, then answers ``after garbage``;
-* ``bad-hello`` → the handshake line is ``{"type": "nope"}``.
+* ``bad-hello`` → the handshake line is ``{"type": "nope"}``;
+* ``usage <in> <out>`` → ``{"type": "usage", ...}``, then answers ``counted``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def main() -> int:
         sys.stdout.write("x" * int(rest))
         sys.stdout.flush()
         sys.stdin.read()
+    elif word == "usage":
+        tokens_in, tokens_out = rest.split()
+        _send({"type": "usage", "input": tokens_in, "output": tokens_out})
+        _send({"type": "final", "text": "counted"})
     elif word == "garbage":
         sys.stdout.write("this is not json\n")
         _send({"type": "final", "text": "after garbage"})

@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import anyio
 from dsh_subagent import (
+    AssistantText,
     CancelController,
     Launch,
     ParentContext,
@@ -19,6 +20,8 @@ from dsh_subagent import (
     ProductProvider,
     SubagentStartRequest,
     TextBlock,
+    Usage,
+    UsageUpdated,
 )
 from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver
 
@@ -65,7 +68,12 @@ class EchoProvider(ProductProvider[EchoConfig]):
             assert isinstance(message, dict)
             if message["type"] == "partial":
                 child.output.append(TextBlock(text=message["text"]))
+                child.report(AssistantText(text=message["text"]))
                 self.in_turn.set()
+            elif message["type"] == "usage":
+                tokens_in, tokens_out = int(message["input"]), int(message["output"])
+                usage = Usage(input_tokens=tokens_in, output_tokens=tokens_out)
+                child.report(UsageUpdated(usage=usage))
             elif message["type"] == "final":
                 return str(message["text"])
 

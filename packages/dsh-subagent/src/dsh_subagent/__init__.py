@@ -1,5 +1,6 @@
 """dsh-subagent: the provider-neutral delegation contract."""
 
+from dsh_subagent.budget import DEADLINE_EXCEEDED, IDLE_TIMEOUT, Budget, BudgetCategory
 from dsh_subagent.cancel import CancelController, CancelSignal
 from dsh_subagent.config_fields import (
     DEFAULT_DISPOSE_GRACE,
@@ -47,6 +48,21 @@ from dsh_subagent.lines import (
 )
 from dsh_subagent.product import ProductProvider
 from dsh_subagent.product_child import Launch, ProductChild
+from dsh_subagent.progress import (
+    DEFAULT_PROGRESS_BUFFER,
+    AssistantText,
+    FileChanged,
+    PlanStep,
+    PlanUpdated,
+    ProgressEvent,
+    ProgressListener,
+    ProgressStream,
+    ToolFinished,
+    ToolStarted,
+    TurnStarted,
+    Usage,
+    UsageUpdated,
+)
 from dsh_subagent.provider_base import NamedProviderConfig, OutOfProcessProvider
 from dsh_subagent.publication import publish_run
 from dsh_subagent.run_handle import SubprocessRunHandle
@@ -107,10 +123,13 @@ from dsh_subagent.workdir import (
 __all__ = [
     "ABORTED",
     "COMPLETED",
+    "DEADLINE_EXCEEDED",
     "DEFAULT_DISPOSE_GRACE",
     "DEFAULT_MAX_LINE_BYTES",
+    "DEFAULT_PROGRESS_BUFFER",
     "DIAGNOSTIC_TRUNCATED_SUFFIX",
     "ERROR",
+    "IDLE_TIMEOUT",
     "KNOWN_STOP_REASONS",
     "MAX_SAFE_INTEGER",
     "MAX_SUBAGENT_DIAGNOSTIC_BYTES",
@@ -124,12 +143,16 @@ __all__ = [
     "SHUTDOWN_DRAIN_SECONDS",
     "SUBAGENT_DESCRIPTOR_VERSION",
     "AgentOptions",
+    "AssistantText",
     "BackgroundLauncher",
+    "Budget",
+    "BudgetCategory",
     "CancelController",
     "CancelSignal",
     "ConfiguredCwd",
     "ContentBlock",
     "EnvOverlay",
+    "FileChanged",
     "Grace",
     "Launch",
     "LineReader",
@@ -141,6 +164,8 @@ __all__ = [
     "NamedProviderConfig",
     "OutOfProcessProvider",
     "ParentContext",
+    "PlanStep",
+    "PlanUpdated",
     "ProductChild",
     "ProductConfig",
     "ProductFailure",
@@ -148,6 +173,9 @@ __all__ = [
     "ProductProvider",
     "ProductStartError",
     "ProductTeardownError",
+    "ProgressEvent",
+    "ProgressListener",
+    "ProgressStream",
     "ProviderAdded",
     "ProviderRemoved",
     "PublishedRun",
@@ -173,7 +201,12 @@ __all__ = [
     "ToolCallContext",
     "ToolError",
     "ToolFilter",
+    "ToolFinished",
     "ToolResult",
+    "ToolStarted",
+    "TurnStarted",
+    "Usage",
+    "UsageUpdated",
     "assert_positive_finite",
     "assert_usable_cwd",
     "check_max_depth",

@@ -19,7 +19,14 @@ import math
 from typing import Annotated, Any
 
 from dsh_subprocess import MAX_GRACE_SECONDS, check_env_overlay
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+)
 
 from dsh_subagent.errors import SubagentError
 from dsh_subagent.workdir import validate_configured_cwd
@@ -94,6 +101,10 @@ class ProductConfig(BaseModel):
         cwd: Working-directory override; ``None`` runs the child in the delegating parent
             session's cwd (see :data:`ConfiguredCwd`).
         dispose_grace: Seconds between SIGTERM and SIGKILL of the product's process tree.
+        deadline_seconds: Wall-clock bound of a run, startup included; none by default.
+            A request's ``budget`` may shorten it, never extend it.
+        idle_timeout_seconds: Longest stretch the product may write nothing on its
+            stdout; none by default. A request's ``budget`` may shorten it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -102,6 +113,8 @@ class ProductConfig(BaseModel):
     env: EnvOverlay = Field(default_factory=dict)
     cwd: ConfiguredCwd = None
     dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
+    deadline_seconds: PositiveFloat | None = None
+    idle_timeout_seconds: PositiveFloat | None = None
 
 
 # -- transitional: the per-prefix validators the providers used before ProductConfig ------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Final, Literal
 
 import anyio
@@ -74,6 +75,8 @@ class LineReader:
         self._buffer = bytearray()
         self._scanned = 0  # bytes of _buffer already known to hold no newline
         self._eof = False
+        self.activity_listener: Callable[[], None] | None = None
+        """Called each time the stream delivers bytes (the runtime's idle timeout)."""
 
     @property
     def eof(self) -> bool:
@@ -97,6 +100,8 @@ class LineReader:
                 self._eof = True
                 continue
             self._buffer += chunk
+            if self.activity_listener is not None:
+                self.activity_listener()
 
     def receive_nowait(self) -> bytes:
         """The next line if it was already received, without reading (or awaiting) more.

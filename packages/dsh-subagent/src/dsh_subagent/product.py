@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, Generic, NoReturn, TypeVar
 import anyio
 from dsh_subprocess import ManagedProcess, SpawnError, SpawnSpec, StderrObserver, spawn
 
+from dsh_subagent.budget import BudgetClock, EffectiveBudget
 from dsh_subagent.config_fields import ProductConfig
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
 from dsh_subagent.errors import (
@@ -51,6 +52,7 @@ from dsh_subagent.lines import (
     MalformedLinePolicy,
 )
 from dsh_subagent.product_child import Launch, ProductChild
+from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
 from dsh_subagent.publication import publish_run
 from dsh_subagent.task import one_shot_task_texts
@@ -201,6 +203,11 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         """
         return 0.0
 
+    @property
+    def honours_budgets(self) -> bool:
+        """``True``: the runtime enforces the deadline and the idle timeout."""
+        return True
+
     # -- naming -------------------------------------------------------------------------
 
     @property
@@ -226,6 +233,11 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         """
         if request.cancel.aborted:
             raise StartCancelledError(self._cancelled_message())
+        clock = BudgetClock(
+            EffectiveBudget.of(
+                self.config.deadline_seconds, self.config.idle_timeout_seconds, request.budget
+            )
+        )
         texts = one_shot_task_texts(self.prefix, request.prompt)
         cwd = self._resolve_cwd(request)
         try:
@@ -244,8 +256,8 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                 self._line(ProductFailure(self.product, "launch", "unknown"))
             ) from exc
         run_id = str(uuid.uuid4())
-        child = await self._start_child(request, spec, cwd, run_id, texts)
-        return self._publish(request, child)
+        child = await self._start_child(request, spec, cwd, run_id, texts, clock)
+        return self._publish(request, child, clock)
 
     def _cancelled_message(self) -> str:
         return f"{self.prefix}: the request was cancelled before the run was published"
@@ -286,14 +298,16 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         cwd: str,
         run_id: str,
         texts: list[str],
+        clock: BudgetClock,
     ) -> ProductChild:
         startup = anyio.CancelScope()
+        budget = clock.scope()
         remove = request.cancel.add_listener(lambda _reason: startup.cancel())
         gate = contextlib.AsyncExitStack()
         child: ProductChild | None = None
         try:
             try:
-                with startup:
+                with startup, budget:
                     manager = self.admission(cwd)
                     admission = None
                     if manager is not None:
@@ -314,8 +328,14 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                         max_line_bytes=self.max_line_bytes,
                         malformed=self.malformed_lines,
                         admission=admission,
+                        progress=ProgressStream(),
+                        include_commands=request.progress_commands,
                     )
+                    clock.attach(child.lines)
                     await self.open(child)
+                if budget.cancelled_caught and not request.cancel.aborted:
+                    stage = child.stage if child is not None else "spawn"
+                    raise ProductFailureError(ProductFailure(self.product, stage, clock.expired()))
                 if startup.cancelled_caught or request.cancel.aborted:
                     raise _Cancelled
             except BaseException as exc:
@@ -394,16 +414,32 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
 
     # -- the published run --------------------------------------------------------------
 
-    def _publish(self, request: ResolvedSubagentStartRequest, child: ProductChild) -> SubagentRun:
+    def _publish(
+        self, request: ResolvedSubagentStartRequest, child: ProductChild, clock: BudgetClock
+    ) -> SubagentRun:
         state = _RunState()
 
         async def attempt() -> SubagentResult:
             child.stage = self.run_stage
+            budget = clock.scope()
+            outcome: SubagentResult | str | None = None
             try:
-                outcome = await self.run(child)
+                with budget:
+                    outcome = await self.run(child)
+                if budget.cancelled_caught:
+                    # A bound ran out: the whole tree is gone before the result is delivered.
+                    # No exit facts: the exit is the runtime's own termination.
+                    failure = ProductFailure(self.product, child.stage, clock.expired())
+                    state.failure = (failure, child.detail)
+                    with anyio.CancelScope(shield=True):
+                        await interrupt()
+                        await self._release(child)
+                    raise ProductFailureError(failure)
             except Exception as exc:
-                state.failure = await self._failure_of(child, exc, publishing=True)
+                if state.failure is None:
+                    state.failure = await self._failure_of(child, exc, publishing=True)
                 raise
+            assert outcome is not None
             state.finished = True
             if isinstance(outcome, str):
                 return SubagentResult(output=(TextBlock(text=outcome),), stop_reason=COMPLETED)
@@ -445,6 +481,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             on_error=on_error,
             after_cancel=interrupt,
             run_id=child.run_id,
+            progress=child.progress,
         )
 
     async def _interrupt_bounded(self, child: ProductChild) -> None:

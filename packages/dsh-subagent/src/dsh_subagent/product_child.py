@@ -15,6 +15,7 @@ from dsh_subprocess import ExitFacts, ManagedProcess
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
 from dsh_subagent.errors import ProductFailureError
 from dsh_subagent.lines import LineReader, MalformedLinePolicy
+from dsh_subagent.progress import ProgressEvent, ProgressStream
 from dsh_subagent.types import ContentBlock
 
 __all__ = ["Launch", "ProductChild"]
@@ -55,6 +56,8 @@ class ProductChild:
             partial output, so append to it as the product answers.
         lines: The bounded line reader over the product's stdout.
         admission: What the provider's ``admission()`` context yielded, else ``None``.
+        progress: The run's progress stream (use :meth:`report`).
+        include_commands: Whether the host asked for command text in progress events.
         state: The provider's own per-run state, ``None`` until the provider sets it
             (e.g. the session ``open()`` created, read again by ``run()`` and
             ``interrupt()``). The runtime never reads it.
@@ -77,6 +80,8 @@ class ProductChild:
         max_line_bytes: int,
         malformed: MalformedLinePolicy,
         admission: object = None,
+        progress: ProgressStream | None = None,
+        include_commands: bool = False,
     ) -> None:
         self._product = product
         self.process = process
@@ -89,11 +94,22 @@ class ProductChild:
         self.state: object = None
         self.detail: str | None = None
         self._grace = grace
+        self.progress = progress if progress is not None else ProgressStream()
+        self.include_commands = include_commands
         self.lines = LineReader(
             process.stdout_until_exit(exit_drain) if process.stdout is not None else _NoStdout(),
             max_line_bytes=max_line_bytes,
             malformed=malformed,
         )
+
+    def report(self, event: ProgressEvent) -> None:
+        """Report what the product said as progress (never blocks, never raises).
+
+        Report only what the product stated; a command tool's ``command`` only when
+        :attr:`include_commands` (the host opted in), e.g.
+        ``command=text if child.include_commands else None``.
+        """
+        self.progress.emit(event)
 
     @property
     def task(self) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
+from dsh_subagent.progress import ProgressStream
 from dsh_subagent.run_handle import SubprocessRunHandle
 from dsh_subagent.settlement import LocalCancellation, settle_run_result
 from dsh_subagent.types import ContentBlock, ResolvedSubagentStartRequest, SubagentResult
@@ -44,6 +45,7 @@ def publish_run(
     after_cancel: Callable[[], Awaitable[None]] | None = None,
     on_cancel: Callable[[str], None] | None = None,
     run_id: str | None = None,
+    progress: ProgressStream | None = None,
 ) -> SubprocessRunHandle:
     """Publish a started run and start its driver in ``request.task_group``.
 
@@ -59,6 +61,9 @@ def publish_run(
             own awaits.
         on_cancel: Told the reason when the request's cancel signal fires.
         run_id: The run id; a fresh uuid4 when omitted.
+        progress: The run's progress stream; it ends when the run settles, and the
+            last usage it carried becomes the result's ``usage`` when the attempt
+            reported none.
 
     Returns:
         The published handle: the single point of publication.
@@ -76,6 +81,7 @@ def publish_run(
         teardown=teardown,
         remove_cancel_listener=remove,
         run_id=run_id,
+        progress=progress,
     )
 
     async def settle() -> SubagentResult:
@@ -87,6 +93,9 @@ def publish_run(
             on_error=on_error,
             remove_cancel_listener=remove,
         )
+        usage = handle.progress.usage
+        if result.usage is None and usage is not None:
+            result = result.model_copy(update={"usage": usage})
         if local.cancelled and after_cancel is not None:
             handle.set_result(result)  # the result does not wait for the product
             with anyio.CancelScope(shield=True):

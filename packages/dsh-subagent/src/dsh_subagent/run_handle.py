@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from dsh_subagent.progress import ProgressStream
 from dsh_subagent.types import SubagentResult
 
 __all__ = ["SubprocessRunHandle"]
@@ -93,6 +94,8 @@ class SubprocessRunHandle:
             termination, whole-tree exit wait). Runs exactly once.
         remove_cancel_listener: Remover returned by ``request.cancel.add_listener``.
         run_id: The run id; a fresh uuid4 string when omitted (never a product id).
+        progress: The run's progress stream (a new empty one when omitted); closed
+            once the run settles.
     """
 
     def __init__(
@@ -102,8 +105,11 @@ class SubprocessRunHandle:
         teardown: Callable[[], Awaitable[None]],
         remove_cancel_listener: Callable[[], None] | None = None,
         run_id: str | None = None,
+        progress: ProgressStream | None = None,
     ) -> None:
         self._id = run_id if run_id is not None else str(uuid.uuid4())
+        self.progress = progress if progress is not None else ProgressStream()
+        """The run's live progress; it ends when the run settles."""
         self._request_cancel = request_cancel
         self._teardown = teardown
         self._remove_cancel_listener = remove_cancel_listener
@@ -126,11 +132,13 @@ class SubprocessRunHandle:
         return self._outcome.settled
 
     def set_result(self, result: SubagentResult) -> None:
-        """Deliver the run's result; later deliveries are ignored."""
+        """Deliver the run's result; later deliveries are ignored. Ends the progress."""
+        self.progress.close()
         self._outcome.set(result)
 
     def set_exception(self, error: BaseException) -> None:
         """Deliver an infrastructure fault no stop reason can represent."""
+        self.progress.close()
         self._outcome.fail(error)
 
     async def drive(self, settle: Callable[[], Awaitable[SubagentResult]]) -> None:
@@ -142,13 +150,13 @@ class SubprocessRunHandle:
         not propagated, so it cannot tear down the service's task group.
         """
         try:
-            self._outcome.set(await settle())
+            self.set_result(await settle())
         except Exception as exc:
             # Contained: a raising driver must not cancel the service's other runs.
             _log.exception("dsh_subagent: run settlement raised")
-            self._outcome.fail(_driver_fault(exc))
+            self.set_exception(_driver_fault(exc))
         except BaseException as exc:
-            self._outcome.fail(_driver_fault(exc))
+            self.set_exception(_driver_fault(exc))
             raise
 
     async def result(self) -> SubagentResult:

@@ -38,6 +38,7 @@ from dsh_subagent.events import (
     dispatch,
     render_error,
 )
+from dsh_subagent.progress import ProgressStream
 from dsh_subagent.types import (
     ERROR,
     ParentContext,
@@ -128,7 +129,7 @@ class PublishedRun:
     dispose exactly the runs whose holders have not.
     """
 
-    __slots__ = ("_inner", "_service", "provider", "run_id")
+    __slots__ = ("_inner", "_service", "progress", "provider", "run_id")
 
     def __init__(
         self, service: SubagentService, inner: SubagentRun, run_id: str, provider: str
@@ -139,6 +140,12 @@ class PublishedRun:
         """The service-minted id shared by this run's start and end events."""
         self.provider = provider
         """The provider name the run started under."""
+        stream = getattr(inner, "progress", None)
+        self.progress: ProgressStream = (
+            stream if isinstance(stream, ProgressStream) else ProgressStream()
+        )
+        """The run's live progress (``async for event in run.progress``); it ends when the
+        run settles. Empty for a provider that reports none."""
 
     @property
     def id(self) -> str:
@@ -332,6 +339,12 @@ class SubagentService:
                     f'subagent provider "{provider.name}" does not support the "{flag}" '
                     f'capability (request field "{field}")',
                 )
+        if request.budget is not None and not provider.honours_budgets:
+            raise SubagentError(
+                SubagentErrorCode.UNSUPPORTED_CAPABILITY,
+                f'subagent provider "{provider.name}" does not honour run budgets '
+                '(request field "budget")',
+            )
         if request.max_depth is not None:
             check_max_depth(request.max_depth)
         if request.output_schema is not None:
@@ -377,11 +390,13 @@ class SubagentService:
             run_id=run.run_id, provider=name, id=inner.id, local=local, parent=parent
         )
         self._observing += 1
-        task_group.start_soon(self._observe, inner, started)
+        task_group.start_soon(self._observe, inner, started, run.progress)
         self._emit(started, contained=True)
         return run
 
-    async def _observe(self, run: SubagentRun, started: SubagentRunStarted) -> None:
+    async def _observe(
+        self, run: SubagentRun, started: SubagentRunStarted, progress: ProgressStream
+    ) -> None:
         stop_reason = ERROR
         output = None
         try:
@@ -391,6 +406,7 @@ class SubagentService:
         except Exception as exc:  # the holder still sees the raise; the pair still closes
             _log.warning("subagent: run %s result raised: %s", started.run_id, render_error(exc))
         finally:
+            progress.close()  # idempotent: the runtime closes its own at settlement
             self._observing -= 1
             if self._observing == 0 and self._idle is not None:
                 self._idle.set()

@@ -15,7 +15,9 @@ from typing import Any, Final, Literal, Protocol, runtime_checkable
 from anyio.abc import TaskGroup
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from dsh_subagent.budget import Budget
 from dsh_subagent.cancel import CancelController, CancelSignal
+from dsh_subagent.progress import Usage
 
 __all__ = [
     "ABORTED",
@@ -143,6 +145,11 @@ class SubagentStartRequest(BaseModel):
     """Absolute depth cap; validated by the service (non-negative safe integer)."""
     tool_filter: ToolFilter | None = None
     persona: str | None = None
+    budget: Budget | None = None
+    """Host-only bounds that tighten the provider's configured deadline and idle timeout.
+    Refused (``UNSUPPORTED_CAPABILITY``) by a provider that does not honour budgets."""
+    progress_commands: bool = False
+    """Host opt-in: progress events of command tools carry the command text."""
 
 
 class SubagentDescriptor(BaseModel):
@@ -180,6 +187,8 @@ class SubagentResult(BaseModel):
     structured: JsonValue | None = None
     diagnostic: str | None = None
     stop_reason: str
+    usage: Usage | None = None
+    """What the product reported it used (tokens, cost); ``None`` when it reported none."""
 
     @property
     def text(self) -> str:
@@ -245,6 +254,15 @@ class SubagentProvider(abc.ABC):
     @abc.abstractmethod
     def inherits_parent_context(self) -> bool:
         """Whether the child sees the parent's conversation (descriptive; wording only)."""
+
+    @property
+    def honours_budgets(self) -> bool:
+        """Whether ``start()`` enforces ``request.budget`` (deadline, idle timeout).
+
+        ``False`` by default: the service then refuses a request that carries a budget
+        rather than accept and ignore it. The provider runtime honours budgets.
+        """
+        return False
 
     @abc.abstractmethod
     async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
