@@ -40,3 +40,13 @@ def test_counters_nest_and_the_outer_one_still_sees_attempts() -> None:
             subprocess.run([sys.executable, "-c", "pass"], check=True)
         subprocess.run([sys.executable, "-c", "pass"], check=True)
     assert (inner.count, outer.count) == (1, 2)
+
+
+def test_an_os_entry_point_reached_through_popen_is_the_same_attempt() -> None:
+    # close_fds=False makes Popen spawn through os.posix_spawn on every supported version
+    # (3.13 does so by default); a direct os.posix_spawn is still its own attempt.
+    with SpawnCounter() as counter:
+        subprocess.run([sys.executable, "-c", "pass"], check=True, close_fds=False)
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-c", "pass"], os.environ)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert [entry for entry, _ in counter.attempts] == ["subprocess.Popen", "os.posix_spawn"]

@@ -5,6 +5,10 @@ ends in (``subprocess.Popen`` — used by asyncio, trio, anyio and the product S
 ``os.fork``, ``os.forkpty``, ``os.posix_spawn``, ``os.posix_spawnp`` and ``os.system``)
 for the duration of a ``with`` block. With ``forbid=True`` an attempt raises instead of
 spawning, so a Loader bug cannot start a product even once.
+
+One spawn is counted once: an entry point reached from inside another one on the same
+thread (``subprocess.Popen`` calls ``os.posix_spawn`` on Python 3.13) is part of the
+attempt already recorded.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class SpawnCounter:
         self.forbid = forbid
         self.attempts: list[tuple[str, str]] = []
         self._restore: list[Callable[[], None]] = []
+        self._active = threading.local()  # per thread: inside one of this counter's hooks
 
     @property
     def count(self) -> int:
@@ -56,6 +61,17 @@ class SpawnCounter:
         if self.forbid:
             raise SpawnAttemptError(f"process creation attempted through {entry} while forbidden")
 
+    def _observe(self, entry: str, args: tuple[Any, ...], call: Callable[[], Any]) -> Any:
+        """Record ``entry`` unless this thread is already inside a recorded attempt."""
+        if getattr(self._active, "inside", False):
+            return call()
+        self._record(entry, args)
+        self._active.inside = True
+        try:
+            return call()
+        finally:
+            self._active.inside = False
+
     def __enter__(self) -> SpawnCounter:
         SpawnCounter._lock.acquire()
         popen = subprocess.Popen  # noqa: TID251 (observed, never called directly)
@@ -63,8 +79,11 @@ class SpawnCounter:
         counter = self
 
         def popen_init(instance: Any, *args: Any, **kwargs: Any) -> None:
-            counter._record("subprocess.Popen", args or (kwargs.get("args"),))
-            original_init(instance, *args, **kwargs)
+            counter._observe(
+                "subprocess.Popen",
+                args or (kwargs.get("args"),),
+                lambda: original_init(instance, *args, **kwargs),
+            )
 
         setattr(popen, "__init__", popen_init)  # noqa: B010 (patching a method)
         self._restore.append(_setter(popen, "__init__", original_init))
@@ -78,8 +97,7 @@ class SpawnCounter:
 
     def _wrap(self, entry: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            self._record(entry, args)
-            return original(*args, **kwargs)
+            return self._observe(entry, args, lambda: original(*args, **kwargs))
 
         return wrapper
 
