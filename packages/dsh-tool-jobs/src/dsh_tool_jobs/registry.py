@@ -19,7 +19,9 @@ Invariants this module owns:
 
 The registry is an async context manager owning one task group: every producer's
 ``done`` is awaited there. Leaving it cancels every job with ``jobs service disposed``,
-waits for all of them and sends no notice.
+waits for all of them and sends no notice. An exception raised in the ``async with``
+body reaches the caller as itself, never wrapped in an ``ExceptionGroup``; an error of
+the registry's own tasks while it propagates is logged and attached to it as a note.
 """
 
 from __future__ import annotations
@@ -190,7 +192,7 @@ class JobRegistry:
             with anyio.CancelScope(shield=True):
                 await self._shutdown()
         finally:
-            result = await self._task_group.__aexit__(exc_type, exc, tb)
+            result = await _leave_task_group(self._task_group, exc_type, exc, tb)
         return result
 
     async def _shutdown(self) -> None:
@@ -285,7 +287,10 @@ class JobRegistry:
             started_at=_now_ms(),
         )
         self._records[record.id] = record
-        scope = anyio.CancelScope()
+        # Shielded: a cancellation from around the registry must not end the watcher
+        # before exit has cancelled the job and awaited its settlement (exit would wait
+        # forever); exit cancels this scope itself once every job settled.
+        scope = anyio.CancelScope(shield=True)
         self._watchers[record.id] = scope
         self._task_group.start_soon(self._watch, record, scope, name=f"job {record.id}")
         self._changed(owner)
@@ -528,6 +533,32 @@ class JobRegistry:
                 listener(owner)
             except Exception:
                 _log.exception("jobs: change listener raised")
+
+
+async def _leave_task_group(
+    task_group: TaskGroup,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    tb: TracebackType | None,
+) -> bool | None:
+    """Exit ``task_group`` so that an exception from the body propagates unwrapped.
+
+    A cancellation is handed to the group (its cancel scope must see it). Any other body
+    exception is kept from the group, which anyio would wrap in an ``ExceptionGroup``:
+    the group is cancelled and exits as if the body had finished, and the body's
+    exception propagates as itself, carrying a note for each error of the group's tasks.
+    """
+    if exc is None or isinstance(exc, anyio.get_cancelled_exc_class()):
+        return await task_group.__aexit__(exc_type, exc, tb)
+    task_group.cancel_scope.cancel()
+    try:
+        await task_group.__aexit__(None, None, None)
+    except ExceptionGroup as group:
+        for error in group.exceptions:
+            line = f"jobs: registry exit failed: {describe_error(error)}"
+            _log.error("%s", line)
+            exc.add_note(line)
+    return None
 
 
 def _add(listeners: list[_L], listener: _L) -> Callable[[], None]:
