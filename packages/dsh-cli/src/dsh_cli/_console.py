@@ -1,0 +1,34 @@
+"""The ``dsh`` console script: Ctrl-C at any moment exits 130 without a traceback.
+
+This module imports nothing heavy itself: the command (and with it anyio, pydantic and
+every provider library) is imported inside the ``try``, so an interrupt during the
+second or so of imports is handled like one during a run. While a run is live, the
+command's own signal handling cancels it and waits for the product's whole process tree.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+EXIT_INTERRUPTED = 130
+
+
+def _interrupted(exc: BaseException) -> bool:
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+
+
+def main() -> int:
+    """Run ``dsh`` with ``sys.argv``; an interrupt outside a live run exits 130 quietly."""
+    try:
+        from dsh_cli.cli import main as run_command
+
+        return run_command()
+    except BaseException as exc:
+        if not _interrupted(exc):
+            raise
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot interrupt this
+        print("dsh: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
