@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -13,7 +14,7 @@ import anyio
 import pytest
 from dsh_cli import StaticDiscovery
 from dsh_cli.cli import EXIT_CODES, exit_code_for, main
-from dsh_subagent import TextBlock
+from dsh_subagent import ProductStartError, TextBlock
 from dsh_subagent.testing import Script, ScriptedProvider
 from pydantic import BaseModel, ConfigDict
 
@@ -25,6 +26,8 @@ class ScriptedConfig(BaseModel):
     stop_reason: str = "completed"
     diagnostic: str | None = None
     hold: bool = False
+    start_fails: bool = False
+    result_raises: bool = False
 
 
 class ScriptedEntry(ScriptedProvider):
@@ -40,9 +43,17 @@ class ScriptedEntry(ScriptedProvider):
             diagnostic=config.diagnostic,
             partial=(TextBlock(text="partial words"),),
             hold_result=anyio.Event() if config.hold else None,
+            start_error=_start_error() if config.start_fails else None,
+            result_error=OSError("/secret/path/result") if config.result_raises else None,
         )
         super().__init__(config.provider_name, [script])
         ScriptedEntry.instances.append(self)
+
+
+def _start_error() -> ProductStartError:
+    error = ProductStartError("Product subagent failure (product: P; stage: spawn)")
+    error.__cause__ = FileNotFoundError("/secret/path/kept/off/the/message")
+    return error
 
 
 DISCOVERY = StaticDiscovery({"scripted": [ScriptedEntry]})
@@ -232,3 +243,53 @@ def test_ctrl_c_kills_a_background_job_and_exits_130(
     assert code == 130, captured.err
     assert "job subagent-1 via subagent_worker: killed" in captured.err
     assert ScriptedEntry.instances[0].records[0].teardowns == 1
+
+
+def test_a_start_failure_is_one_line_with_the_safe_message_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = str(_profile(tmp_path, "start_fails = true"))
+    assert _dsh("run", profile, "subagent_worker", "x") == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "dsh: worker: could not start: Product subagent failure (product: P; stage: spawn)\n"
+    )
+    # In the background the tool has already answered with a job id; the job then fails.
+    assert _dsh("run", profile, "subagent_worker", "x", "--background") == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (
+        "dsh: job subagent-1 via subagent_worker: failed "
+        "(ProductStartError: Product subagent failure (product: P; stage: spawn))"
+    )
+    assert "/secret/path" not in err
+
+
+def test_a_result_that_raises_is_one_line_naming_only_the_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _dsh("run", str(_profile(tmp_path, "result_raises = true")), "worker", "Do it.")
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.err == "dsh: worker: failed: internal error (OSError)\n"
+    assert ScriptedEntry.instances[-1].records[0].teardowns == 1
+
+
+@pytest.mark.parametrize("argv", [["-v", "check"], ["check", "-v"], ["check", "--verbose"]])
+def test_verbose_is_accepted_before_and_after_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert _dsh(*argv, str(_profile(tmp_path))) == 0
+    assert "product processes started: 0" in capsys.readouterr().out
+
+
+def test_logging_is_routed_only_for_the_command_and_restored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, product = logging.getLogger(), logging.getLogger("dsh.product")
+    before = (list(root.handlers), list(product.handlers), product.level, product.propagate)
+    assert _dsh("-v", "check", str(_profile(tmp_path))) == 0
+    assert _dsh("check", str(_profile(tmp_path))) == 0
+    after = (list(root.handlers), list(product.handlers), product.level, product.propagate)
+    assert after == before
+    capsys.readouterr()

@@ -5,11 +5,16 @@ Exit status of ``dsh run`` (derived from the run's stop reason):
 ====  ==================================================
 0     ``completed``
 1     ``error`` or any unknown stop reason; the run could not start
+      or failed outside its result; an unexpected error
 2     usage or profile error (nothing was started)
 3     ``max-tokens``
 4     ``refusal``
-130   ``aborted`` (Ctrl-C / SIGTERM cancelled the run)
+130   ``aborted`` (Ctrl-C / SIGTERM cancelled the run), or Ctrl-C
+      before the run started
 ====  ==================================================
+
+Every failure is one line on stderr, never a traceback. Products' own stderr lines are
+shown only with ``-v`` (see :mod:`dsh_cli.logs`).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from typing import Any, Final, TextIO
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TextIO, TypeVar
 
 import anyio
 from dsh_subagent import (
@@ -33,6 +40,8 @@ from dsh_subagent import (
     ParentContext,
     SubagentError,
     SubagentResult,
+    SubagentStartRequest,
+    TextBlock,
 )
 from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_tool_jobs import JobSnapshot
@@ -41,7 +50,8 @@ from pydantic import JsonValue
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import DshCliError, UsageError
 from dsh_cli.loader import Composition, load_profile
-from dsh_cli.runtime import delegate, open_runtime, validate_task
+from dsh_cli.logs import cli_logging
+from dsh_cli.runtime import open_runtime, validate_task
 from dsh_cli.spawnguard import SpawnCounter
 
 __all__ = ["EXIT_CODES", "exit_code_for", "main"]
@@ -49,6 +59,8 @@ __all__ = ["EXIT_CODES", "exit_code_for", "main"]
 EXIT_CODES: Final = {COMPLETED: 0, ERROR: 1, MAX_TOKENS: 3, REFUSAL: 4, ABORTED: 130}
 EXIT_USAGE: Final = 2
 EXIT_START_FAILED: Final = 1
+
+_T = TypeVar("_T")
 
 _HEADLINES: Final = {
     ABORTED: "subagent run was cancelled",
@@ -158,44 +170,92 @@ async def _watch_signals(controller: CancelController, err: TextIO) -> None:
             controller.cancel(f"interrupted ({name})")
 
 
-async def _run_foreground(
-    composition: Composition, provider: str, task: str, cwd: str, err: TextIO
-) -> SubagentResult | None:
-    controller = CancelController()
-    parent = ParentContext(session_id="dsh-cli", cwd=cwd)
-    result: SubagentResult | None = None
-    async with open_runtime(composition) as runtime, anyio.create_task_group() as tg:
+@dataclass(frozen=True)
+class _Failed:
+    """A run that could not start, or failed outside its result: one line on stderr.
+
+    A value, not an exception: nothing is raised through the command's task group, so
+    no ``ExceptionGroup`` (and no traceback with what a provider keeps off its message)
+    can reach the user.
+    """
+
+    what: str
+    message: str
+
+
+def _one_line(exc: BaseException) -> str:
+    """A failure as one safe line: a SubagentError's message, else only the type name."""
+    if isinstance(exc, SubagentError):
+        return exc.message
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_one_line(inner) for inner in exc.exceptions)
+    return f"internal error ({type(exc).__name__})"
+
+
+async def _under_signals(
+    controller: CancelController, err: TextIO, body: Callable[[], Awaitable[_T]]
+) -> _T | _Failed:
+    """Run ``body`` with Ctrl-C / SIGTERM cancelling ``controller`` for its whole length.
+
+    The receiver is open while the runtime is entered and left too, so a signal during
+    teardown never interrupts it; any failure comes back as a :class:`_Failed` value.
+    """
+    outcome: _T | _Failed = _Failed("failed", "internal error (no outcome)")
+    async with anyio.create_task_group() as tg:
         tg.start_soon(_watch_signals, controller, err)
         try:
-            result = await delegate(
-                runtime, provider, task, parent=parent, cancel=controller.signal, label="dsh run"
-            )
-        except SubagentError as exc:
-            if not controller.signal.aborted:
-                print(f"dsh: {provider}: could not start: {exc}", file=err)
-                raise _StartFailed from exc
+            outcome = await body()
+        except Exception as exc:
+            outcome = _Failed("failed", _one_line(exc))
         finally:
             tg.cancel_scope.cancel()
-    return result
+    return outcome
+
+
+async def _run_foreground(
+    composition: Composition, provider: str, task: str, cwd: str, err: TextIO
+) -> SubagentResult | _Failed | None:
+    """The run's result; ``None`` when Ctrl-C came before the product started."""
+    controller = CancelController()
+    request = SubagentStartRequest(
+        prompt=(TextBlock(text=task),),
+        parent=ParentContext(session_id="dsh-cli", cwd=cwd),
+        cancel=controller.signal,
+        label="dsh run",
+    )
+
+    async def body() -> SubagentResult | _Failed | None:
+        async with open_runtime(composition) as runtime:
+            try:
+                run = await runtime.service.start(provider, request)
+            except SubagentError as exc:
+                return (
+                    None if controller.signal.aborted else _Failed("could not start", exc.message)
+                )
+            try:
+                return await run.result()
+            finally:
+                await run.dispose()
+
+    return await _under_signals(controller, err, body)
 
 
 async def _run_background(
     composition: Composition, tool_name: str, task: str, cwd: str, err: TextIO
-) -> tuple[JobSnapshot, str]:
+) -> tuple[JobSnapshot, str] | _Failed:
     """Start through the subagent tool with ``run_in_background``, then collect the Job."""
     controller = CancelController()
     parent = ParentContext(session_id="dsh-cli", cwd=cwd)
-    async with open_runtime(composition) as runtime, anyio.create_task_group() as tg:
-        tg.start_soon(_watch_signals, controller, err)
-        try:
+
+    async def body() -> tuple[JobSnapshot, str] | _Failed:
+        async with open_runtime(composition) as runtime:
             started = await run_tool_call(
                 runtime.tools[tool_name],
                 {"description": "dsh run", "prompt": task, "run_in_background": True},
                 ToolCallContext(parent=parent, cancel=CancelController().signal),
             )
             if started.is_error:
-                print(f"dsh: {tool_name}: {started.text}", file=err)
-                raise _StartFailed
+                return _Failed("could not start", started.text)
             job_id = started.text.rsplit(" ", 1)[-1]
             print(f"dsh: {started.text}", file=err)
 
@@ -204,15 +264,16 @@ async def _run_background(
 
             remove = controller.signal.add_listener(kill)
             try:
+                if controller.signal.aborted:  # Ctrl-C while the job was starting
+                    kill(controller.signal.reason or "interrupted")
                 snapshot = runtime.jobs.get(job_id, parent)
                 while not snapshot.terminal:
                     snapshot = await runtime.jobs.wait(job_id, _WAIT_MS, parent)
             finally:
                 remove()
-            collected = snapshot, runtime.jobs.read(job_id, parent)
-        finally:
-            tg.cancel_scope.cancel()
-    return collected
+            return snapshot, runtime.jobs.read(job_id, parent)
+
+    return await _under_signals(controller, err, body)
 
 
 _WAIT_MS: Final = 600_000.0
@@ -229,10 +290,6 @@ def _report_job(snapshot: JobSnapshot, text: str, tool: str, out: TextIO, err: T
         return EXIT_CODES[ABORTED]
     # A failed subagent Job's detail starts with the run's stop reason.
     return exit_code_for((snapshot.detail or "").split(";", 1)[0].strip())
-
-
-class _StartFailed(Exception):
-    pass
 
 
 def _report(result: SubagentResult, provider: str, out: TextIO, err: TextIO) -> int:
@@ -265,19 +322,23 @@ def _cmd_run(
         row = next((t for t in composition.tools if t.name == args.target), None)
         if args.instance or row is None or row.background_mode != "one-shot":
             raise UsageError("--background needs a tool whose background_mode is 'one-shot'")
-        try:
-            snapshot, text = anyio.run(_run_background, composition, row.name, task, cwd, err)
-        except _StartFailed:
-            return EXIT_START_FAILED
+        collected = anyio.run(_run_background, composition, row.name, task, cwd, err)
+        if isinstance(collected, _Failed):
+            return _report_failed(collected, row.name, err)
+        snapshot, text = collected
         return _report_job(snapshot, text, row.name, out, err)
-    try:
-        result = anyio.run(_run_foreground, composition, provider, task, cwd, err)
-    except _StartFailed:
-        return EXIT_START_FAILED
+    result = anyio.run(_run_foreground, composition, provider, task, cwd, err)
+    if isinstance(result, _Failed):
+        return _report_failed(result, provider, err)
     if result is None:
         print(f"dsh: {provider}: cancelled before the product started", file=err)
         return EXIT_CODES[ABORTED]
     return _report(result, provider, out, err)
+
+
+def _report_failed(failed: _Failed, target: str, err: TextIO) -> int:
+    print(f"dsh: {target}: {failed.what}: {failed.message}", file=err)
+    return EXIT_START_FAILED
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -292,22 +353,38 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dsh",
         description="Delegate self-contained tasks to real coding products through a profile.",
     )
+    verbose_help = (
+        "also show the products' own stderr lines and the libraries' info and warnings "
+        "(logged on dsh.product.* and dsh_subprocess.stderr; hidden by default)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help=verbose_help)
+    # Accepted after the command too (`dsh run -v ...`); SUPPRESS keeps a top-level -v.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = sub.add_parser(
-        "check", help="load a profile and show instances, tools and schemas; starts nothing"
+        "check",
+        parents=[common],
+        help="load a profile and show instances, tools and schemas; starts nothing",
     )
     check.add_argument("profile", help="TOML profile path")
 
-    tools = sub.add_parser("tools", help="print the model-visible tool schemas as JSON")
+    tools = sub.add_parser(
+        "tools", parents=[common], help="print the model-visible tool schemas as JSON"
+    )
     tools.add_argument("profile", help="TOML profile path")
 
     run = sub.add_parser(
         "run",
+        parents=[common],
         help="delegate one task in the foreground",
         description="Delegate one task and print the final answer on stdout.",
         epilog="exit status: 0 completed, 1 error or start failure, 2 usage/profile error, "
-        "3 max-tokens, 4 refusal, 130 cancelled (Ctrl-C)",
+        "3 max-tokens, 4 refusal, 130 cancelled (Ctrl-C); every failure is one line on "
+        "stderr; -v also shows the product's own stderr",
     )
     run.add_argument("profile", help="TOML profile path")
     run.add_argument("target", help="a tool name from the profile, or an instance name")
@@ -326,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
+        parents=[common],
         help="the Quickstart: a real keyless delegation to Codex and Claude Code",
         description="Run the REAL Codex app-server and the REAL Claude Code CLI against an "
         "embedded loopback model (no credentials, no internet) and show that no process "
@@ -342,23 +420,34 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | None = None) -> int:
     """Entry point of the ``dsh`` console script.
 
+    Every failure is one line on stderr: usage and profile errors exit 2, a run that
+    could not start (or failed outside its result) and any unexpected error exit 1,
+    never with a traceback (``-v`` adds it for unexpected errors).
+
     Args:
         argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
         discovery: Where provider classes come from; defaults to installed entry points.
     """
     args = build_parser().parse_args(argv)
     out, err = sys.stdout, sys.stderr
-    try:
-        if args.command == "check":
-            return _cmd_check(args, out, discovery)
-        if args.command == "tools":
-            return _cmd_tools(args, out, discovery)
-        if args.command == "run":
-            return _cmd_run(args, out, err, discovery)
-        return _cmd_demo(args, out, err)
-    except DshCliError as exc:
-        print(f"dsh: error: {exc}", file=err)
-        return EXIT_USAGE
+    verbose = bool(getattr(args, "verbose", False))
+    with cli_logging(verbose=verbose, stream=err):
+        try:
+            if args.command == "check":
+                return _cmd_check(args, out, discovery)
+            if args.command == "tools":
+                return _cmd_tools(args, out, discovery)
+            if args.command == "run":
+                return _cmd_run(args, out, err, discovery)
+            return _cmd_demo(args, out, err)
+        except DshCliError as exc:
+            print(f"dsh: error: {exc}", file=err)
+            return EXIT_USAGE
+        except Exception as exc:
+            print(f"dsh: error: {_one_line(exc)}", file=err)
+            if verbose:
+                traceback.print_exception(exc, file=err)
+            return EXIT_START_FAILED
 
 
 def _cmd_tools(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscovery | None) -> int:

@@ -159,7 +159,7 @@ def run_demo(
 
     Args:
         out: Where the report goes.
-        err: Where signal notices go (products forward their stderr to the real one).
+        err: Where signal notices go (products' own stderr is logged; `dsh -v` shows it).
         deepseek: Claude Code talks to DeepSeek (needs ``DEEPSEEK_API_KEY``).
         deepseek_base_url: The Anthropic-compatible endpoint; only tests change it.
     """
