@@ -12,9 +12,9 @@ from typing import ClassVar
 
 import anyio
 import pytest
-from dsh_cli import StaticDiscovery
+from dsh_cli import StaticDiscovery, load_profile, open_runtime
 from dsh_cli.cli import EXIT_CODES, exit_code_for, main
-from dsh_subagent import ProductStartError, TextBlock
+from dsh_subagent import ParentContext, ProductStartError, SubagentStartRequest, TextBlock
 from dsh_subagent.testing import Script, ScriptedProvider
 from pydantic import BaseModel, ConfigDict
 
@@ -293,3 +293,28 @@ def test_logging_is_routed_only_for_the_command_and_restored(
     after = (list(root.handlers), list(product.handlers), product.level, product.propagate)
     assert after == before
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ValueError("the body's own"), ProductStartError("Product subagent failure (x)")],
+    ids=["ValueError", "ProductStartError"],
+)
+def test_open_runtime_raises_a_body_error_unwrapped_and_disposes_runs(
+    tmp_path: Path, error: Exception
+) -> None:
+    ScriptedEntry.instances.clear()
+    composition = load_profile(str(_profile(tmp_path, "hold = true")), discovery=DISCOVERY)
+
+    async def body() -> None:
+        async with open_runtime(composition) as runtime:
+            request = SubagentStartRequest(
+                prompt=(TextBlock(text="x"),), parent=ParentContext(session_id="s")
+            )
+            await runtime.service.start("worker", request)
+            raise error
+
+    with pytest.raises(type(error)) as caught:
+        anyio.run(body)
+    assert caught.value is error
+    assert ScriptedEntry.instances[0].records[0].teardowns == 1
