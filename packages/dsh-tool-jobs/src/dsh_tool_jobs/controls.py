@@ -23,7 +23,13 @@ from dsh_tool_jobs.config import JobsToolsConfig
 from dsh_tool_jobs.errors import JobError, JobErrorCode
 from dsh_tool_jobs.model import JobSnapshot, JobStatus
 from dsh_tool_jobs.registry import JobRegistry
-from dsh_tool_jobs.render import bound_result, render_list, render_output, status_line
+from dsh_tool_jobs.render import (
+    bound_error,
+    bound_result,
+    render_list,
+    render_output,
+    status_line,
+)
 
 __all__ = [
     "JOBS_SYSTEM_PROMPT",
@@ -144,8 +150,26 @@ class ControlReply:
     is_error: bool = False
 
 
-def _error(exc: JobError) -> ControlReply:
-    return ControlReply(text=exc.message, value={"error": exc.code.value}, is_error=True)
+def _job_limit(
+    registry: JobRegistry, args: Mapping[str, object], caller: ParentContext | None
+) -> int | None:
+    """The ``output_limit_bytes`` of the job the call names, if the caller can see it."""
+    job_id = args.get("job_id")
+    if not isinstance(job_id, str) or not job_id:
+        return None
+    try:
+        return registry.get(job_id, caller).output_limit_bytes
+    except JobError:
+        return None
+
+
+def _failure(message: str, code: str, limit: int | None) -> ControlReply:
+    """An error reply whose model-visible ``Error: <message>`` text stays within ``limit``."""
+    return ControlReply(text=bound_error(message, limit), value={"error": code}, is_error=True)
+
+
+def _error(exc: JobError, limit: int | None = None) -> ControlReply:
+    return _failure(exc.message, exc.code.value, limit)
 
 
 def _json(value: object) -> str:
@@ -208,7 +232,9 @@ async def job_output(
         text = registry.read(job_id, caller)
         snapshot = registry.get(job_id, caller)
     except JobError as exc:
-        return _error(exc)
+        return _error(exc, _job_limit(registry, args, caller))
+    except Exception as exc:  # the producer's read_output raised
+        return _failure(describe_error(exc), "READ_FAILED", _job_limit(registry, args, caller))
     return ControlReply(
         text=render_output(text, snapshot),
         value={"text": text, "job": PublicJob.of(snapshot).value()},
@@ -243,12 +269,12 @@ def job_kill(
         outcome = registry.kill(job_id, caller, reason or None)
         snapshot = registry.get(job_id, caller)
     except JobError as exc:
-        return _error(exc)
+        return _error(exc, _job_limit(registry, args, caller))
     except Exception as exc:  # the producer's cancel raised: the job is unchanged
-        return ControlReply(
-            text=f"could not cancel job {args['job_id']}: {describe_error(exc)}",
-            value={"error": "CANCEL_FAILED"},
-            is_error=True,
+        return _failure(
+            f"could not cancel job {args['job_id']}: {describe_error(exc)}",
+            "CANCEL_FAILED",
+            _job_limit(registry, args, caller),
         )
     kind: Literal["cancellation-requested", "already-finished"]
     if outcome == "requested":

@@ -3,8 +3,9 @@
 Bounds count UTF-8 bytes, never characters, and never split a code point. A bounded
 ``job_output`` keeps its status line intact and the *tail* of the body (a final answer
 ends with its conclusion), behind the ``[output truncated]`` marker; any other bounded
-text keeps its tail behind ``[result truncated]``; a bounded notice keeps the stable
-``background job <id>`` prefix and the collection hint.
+text keeps its tail behind ``[result truncated]``, except an error, which keeps its head
+(what failed, for which job, the exception type) before ``\n[result truncated]``; a
+bounded notice keeps the stable ``background job <id>`` prefix and the collection hint.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ __all__ = [
     "NO_NEW_OUTPUT",
     "OUTPUT_TRUNCATED",
     "RESULT_TRUNCATED",
+    "TOOL_ERROR_PREFIX",
+    "bound_error",
     "bound_result",
     "fit_head",
     "fit_tail",
@@ -32,6 +35,8 @@ OUTPUT_TRUNCATED: Final = "[output truncated]\n"
 RESULT_TRUNCATED: Final = "[result truncated]\n"
 NOTICE_TRUNCATED: Final = "\n[notice truncated]"
 _NOTICE_ACTION: Final = "\nDone; job_output."
+TOOL_ERROR_PREFIX: Final = "Error: "
+"""What the tool protocol puts before an error message in the model's text."""
 
 
 def _is_continuation(byte: int) -> bool:
@@ -95,6 +100,24 @@ def render_output(text: str, job: JobSnapshot) -> str:
 def bound_result(text: str, limit: int | None) -> str:
     """Bound any other model-visible result of a job tool to ``limit`` UTF-8 bytes."""
     return _bound(text, "", limit, RESULT_TRUNCATED)
+
+
+def bound_error(message: str, limit: int | None) -> str:
+    """Bound an error message so the model's ``Error: <message>`` text fits ``limit`` bytes.
+
+    The head is kept (it says what failed). The tool protocol's 7-byte ``Error: ``
+    prefix is the floor: under a limit that small the message is empty and the model
+    sees the prefix alone.
+    """
+    if limit is None:
+        return message
+    budget = max(limit - _bytes(TOOL_ERROR_PREFIX), 0)
+    if _bytes(message) <= budget:
+        return message
+    marker = "\n" + RESULT_TRUNCATED.rstrip("\n")
+    if _bytes(marker) >= budget:
+        return fit_head(message, budget)
+    return fit_head(message, budget - _bytes(marker)) + marker
 
 
 def render_list(jobs: list[JobSnapshot]) -> str:
