@@ -1,6 +1,7 @@
 """Check every built distribution in ``dist/``, then install and import each one alone.
 
-Run after ``uv build --all-packages -o dist``. For each wheel:
+Run after ``python scripts/release_set.py build dist``. ``dist`` must hold exactly the
+release set (one wheel and one sdist per distribution). For each wheel:
 
 * it ships ``py.typed`` for its import package and a non-empty README description;
 * a fresh virtual environment receives only that wheel plus the wheels of the
@@ -50,6 +51,12 @@ def _metadata(wheel: Path) -> tuple[str, list[str], str]:
 
 
 def main(dist_dir: str = "dist") -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import release_set
+
+    problems = release_set.check(Path(dist_dir))
+    if problems:
+        raise SystemExit("not the release set:\n" + "\n".join(problems))
     wheels = sorted(Path(dist_dir).glob("*.whl"))
     if not wheels:
         raise SystemExit(f"no wheels in {dist_dir}")
