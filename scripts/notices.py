@@ -151,9 +151,13 @@ def _installed_metadata(name: str) -> Mapping[str, object] | None:
         meta = importlib.metadata.metadata(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+    # get_all, not indexing: on Python 3.12+ indexing a missing header warns (and will raise).
+    expression, license_text = (
+        meta.get_all(key) or [None] for key in ("License-Expression", "License")
+    )
     return {
-        "License-Expression": meta["License-Expression"],
-        "License": meta["License"],
+        "License-Expression": expression[0],
+        "License": license_text[0],
         "Classifier": meta.get_all("Classifier") or [],
     }
 
