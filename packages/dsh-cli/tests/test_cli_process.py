@@ -175,11 +175,10 @@ def test_a_malformed_codex_home_is_one_dsh_line_without_the_config_path(
     assert code == 1, err
     assert out == ""
     _no_traceback(err)
-    # Lines Codex itself writes are the provider's business (logged, shown with -v); of
-    # dsh's own lines there is exactly one, and it never carries the config's path.
-    (line,) = [line for line in err.splitlines() if line.startswith("dsh")]
+    # Codex's own stderr (which names the file) is logged and shown only with -v.
+    (line,) = err.splitlines()
     assert line.startswith("dsh: codex: could not start: ")
-    assert str(codex_home) not in line
+    assert str(codex_home) not in err
 
 
 def test_product_stderr_is_shown_only_with_verbose(sandbox: Sandbox) -> None:
@@ -257,3 +256,13 @@ def _interrupt_inside_import(sandbox: Sandbox, module: str) -> tuple[int, str, s
     _wait_for_file(ready, proc)  # dsh is inside `import <module>`
     os.killpg(proc.pid, signal.SIGINT)
     return _finish(proc)
+
+
+@pytest.mark.keyless
+def test_the_demo_shows_no_product_log_line(sandbox: Sandbox) -> None:
+    """``dsh demo`` drives the real Codex and Claude Code: their stderr stays off screen."""
+    code, out, err = _run(sandbox, "demo")
+    assert code == 0, out + err
+    assert err == ""
+    assert "dsh.product" not in out
+    assert "codex_app_server" not in out
