@@ -43,6 +43,7 @@ def test_a_turn_streams_its_blocks_in_order_with_its_exact_usage() -> None:
         output_tokens=23,
         cache_read_input_tokens=45,
         cache_creation_input_tokens=6,
+        thinking_tokens=4,
     )
     turn = Turn(
         (
@@ -77,7 +78,7 @@ def test_a_turn_streams_its_blocks_in_order_with_its_exact_usage() -> None:
     assert events[-2][1] == {
         "type": "message_delta",
         "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-        "usage": {"output_tokens": 23},
+        "usage": {"output_tokens": 23, "output_tokens_details": {"thinking_tokens": 4}},
     }
 
 
