@@ -209,6 +209,7 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
             env=self.config.env,
             can_use_tool=None if mode == "bypassPermissions" else _deny_every_prompt(run),
             elicitation_hook=_decline_elicitation(run),
+            max_budget_usd=self.config.max_budget_usd,
         )
         return options if self._options_hook is None else self._options_hook(options)
 
