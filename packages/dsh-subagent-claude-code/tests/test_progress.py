@@ -1,4 +1,4 @@
-"""Claude Code messages → progress events and usage (``progress:*``): the pure mapping."""
+"""Claude Code messages → progress events and usage: the pure mapping."""
 
 from __future__ import annotations
 

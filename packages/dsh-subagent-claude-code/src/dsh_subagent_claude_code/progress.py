@@ -1,4 +1,4 @@
-"""Claude Code's messages as the run's progress events and usage (``progress:*``).
+"""Claude Code's messages as the run's progress events and usage (see the package README).
 
 Only what the product said is reported, message by message, nothing synthesised:
 
