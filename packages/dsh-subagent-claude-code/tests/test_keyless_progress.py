@@ -148,7 +148,7 @@ async def test_scripted_turns_give_the_exact_progress_sequence_and_usage(tmp_pat
         )
         events, result, alive = await _run(_config(home), home.workspace, commands=True)
         requests = fixture.message_requests()
-    print("\nprogress:", *[event.model_dump(exclude_defaults=True) for event in events], sep="\n  ")
+    print("\nprogress:", *[event.model_dump(exclude_none=True) for event in events], sep="\n  ")
     assert result.stop_reason == "completed", result.diagnostic
     assert result.text == "ALL DONE"
     assert len(requests) == len(usages)
