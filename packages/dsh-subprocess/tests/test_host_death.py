@@ -28,7 +28,7 @@ import anyio
 from dsh_subprocess import SpawnSpec, _guard_server, spawn
 
 SCRIPT = (
-    "setsid sh -c \\"trap '' TERM; while :; do sleep 0.05; done\\" & "
+    "setsid sh -c \\"trap '' TERM; exec sleep 600\\" & "
     "sh -c 'sleep 60' & echo ready; wait"
 )
 
@@ -38,7 +38,7 @@ async def main(cwd, guard, then):
                                  host_death_guard=guard != "direct"))
     await proc.stdout.receive()
     with anyio.fail_after(10):
-        while len(pids := proc.tree_pids()) < 5 + (guard != "direct"):
+        while len(pids := proc.tree_pids()) < 4 + (guard != "direct"):
             await anyio.sleep(0.01)
     # Under the server, the server itself must go as well.
     server = [_guard_server.guard_server_pid()] if guard == "server" else []

@@ -205,6 +205,8 @@ def _sighting(proc: psutil.Process, before: SeenProcess | None) -> SeenProcess |
         return before or SeenProcess(proc.pid, "?", (), proc)
     except psutil.Error:
         return before  # it exited while being read
+    if not argv and before is not None:
+        return before  # a zombie reads as an empty argv: keep the last real sighting
     return SeenProcess(proc.pid, name, argv, proc)
 
 
