@@ -209,9 +209,11 @@ async def delegate_with_progress(
     progress_commands: bool = False,
     budget: Budget | None = None,
     deadline: float = 30.0,
+    on_result: Callable[[SubagentResult], None] | None = None,
 ) -> tuple[SubagentResult, list[ProgressEvent]]:
     """Delegate through a :class:`SubagentService` (the host's way in) and read the run's
-    progress until it ends (at settlement); the tree is checked gone before dispose."""
+    progress until it ends (at settlement). ``on_result`` runs between the result and
+    the run's disposal (e.g. to check that the tree is already gone)."""
     events: list[ProgressEvent] = []
     request = SubagentStartRequest(
         prompt=tuple(TextBlock(text=text) for text in prompt),
@@ -227,6 +229,8 @@ async def delegate_with_progress(
                 async for event in run.progress:
                     events.append(event)
                 result = await run.result()
+                if on_result is not None:
+                    on_result(result)
             finally:
                 await run.dispose()
     return result, events
