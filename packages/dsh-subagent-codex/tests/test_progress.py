@@ -21,6 +21,7 @@ from codex_harness import (
     Step,
     agent_message,
     delegate_with_progress,
+    failed,
     handshake,
     notify,
     terminal,
@@ -28,6 +29,7 @@ from codex_harness import (
 )
 from dsh_subagent import (
     COMPLETED,
+    ERROR,
     AssistantText,
     FileChanged,
     PlanStep,
@@ -429,3 +431,16 @@ async def test_opted_in_command_text_reaches_progress_and_nothing_else(
     (start,) = [e for e in events if isinstance(e, ToolStarted)]
     assert start.command == COMMAND
     assert COMMAND not in result.model_dump_json()
+
+
+async def test_a_failed_turn_keeps_the_usage_reported_before_it_failed(fake: FakeCodex) -> None:
+    steps = [
+        *handshake(),
+        *turn_start(),
+        send(token_usage(40, 10, 4, 1)),
+        failed("serverOverloaded"),
+    ]
+    result, events = await delegate_with_progress(fake.provider(steps), fake.workspace)
+    usage = Usage(input_tokens=40, cached_input_tokens=10, output_tokens=4, reasoning_tokens=1)
+    assert (result.stop_reason, result.usage) == (ERROR, usage)
+    assert events == [UsageUpdated(usage=usage)]
