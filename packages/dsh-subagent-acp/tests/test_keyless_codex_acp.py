@@ -91,9 +91,10 @@ def _provider(
     permission: PermissionPolicy = "reject",
     asks: bool = False,
     runs_tools: bool = False,
+    extra_env: dict[str, str] | None = None,
     **config: Any,
 ) -> AcpProvider:
-    env = codex_keyless_env(tmp_path / "root")
+    env = {**codex_keyless_env(tmp_path / "root"), **(extra_env or {})}
     if runs_tools:
         # No approval asked, no sandbox (the read-only one needs bubblewrap, pitfall A2).
         write_codex_config(
@@ -266,6 +267,33 @@ async def test_a_scripted_task_gives_its_exact_progress(codex_acp: str, tmp_path
     assert not [e for e in events if isinstance(e, UsageUpdated)]
     assert result.usage is None
     assert len(fixture.requests) == 3
+
+
+async def test_an_env_value_a_command_prints_never_reaches_progress(
+    codex_acp: str, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    secret = "PLANTED-ENV-VALUE-0d41a7"
+    script: list[Behaviour] = [
+        FunctionCall((("exec_command", {"cmd": "printenv PLANTED_PROGRESS_VALUE"}),)),
+        PlainAnswer(ANSWER),
+    ]
+    with ResponsesFixture(script) as fixture:
+        provider = _provider(
+            codex_acp,
+            tmp_path,
+            fixture,
+            runs_tools=True,
+            extra_env={"PLANTED_PROGRESS_VALUE": secret},
+        )
+        result, events = await delegate_with_progress(
+            provider, cwd=str(workspace), prompt=TASK, progress_commands=True, deadline=60
+        )
+    assert result.stop_reason == COMPLETED
+    assert secret in fixture.requests[1].raw_body.decode()  # the command did print it
+    assert any(isinstance(e, ToolFinished) for e in events)
+    assert not [e for e in events if secret in e.model_dump_json()]
 
 
 async def test_the_deadline_fires_mid_prompt_with_its_fixed_diagnostic(

@@ -59,8 +59,13 @@ def _sum(*parts: ResponseUsage) -> Usage:
     )
 
 
-def _provider(tmp_path: Path, fixture: ResponsesFixture, **config: Any) -> CodexProvider:
-    env = codex_keyless_env(tmp_path / "keyless")
+def _provider(
+    tmp_path: Path,
+    fixture: ResponsesFixture,
+    extra_env: dict[str, str] | None = None,
+    **config: Any,
+) -> CodexProvider:
+    env = {**codex_keyless_env(tmp_path / "keyless"), **(extra_env or {})}
     write_codex_config(env["CODEX_HOME"], fixture.base_url)
     config.setdefault("dispose_grace", 2.0)
     return CodexProvider(CodexConfig(env=env, **config))
@@ -151,6 +156,28 @@ async def test_without_the_opt_in_no_command_text_is_reported(tmp_path: Path) ->
     starts = [e for e in events if isinstance(e, ToolStarted)]
     assert [(e.tool_kind, e.command) for e in starts] == [("command", None)]
     assert not [e for e in events if marker in e.model_dump_json()]
+
+
+async def test_an_env_value_a_command_prints_never_reaches_progress(tmp_path: Path) -> None:
+    secret = "PLANTED-ENV-VALUE-6c2e9b"
+    script: list[Behaviour] = [
+        FunctionCall((("exec_command", {"cmd": "printenv PLANTED_PROGRESS_VALUE"}),)),
+        PlainAnswer("ok"),
+    ]
+    with ResponsesFixture(script) as fixture:
+        provider = _provider(
+            tmp_path,
+            fixture,
+            {"PLANTED_PROGRESS_VALUE": secret},
+            permission_mode="dangerously-bypass-approvals-and-sandbox",
+        )
+        result, events = await delegate_with_progress(
+            provider, _workspace(tmp_path), progress_commands=True, deadline=90
+        )
+    assert result.stop_reason == COMPLETED
+    assert secret in fixture.requests[1].raw_body.decode()  # the command did print it
+    assert "tool-finished" in _kinds(events)
+    assert not [e for e in events if secret in e.model_dump_json()]
 
 
 async def test_the_deadline_fires_mid_turn_with_its_fixed_diagnostic(tmp_path: Path) -> None:
