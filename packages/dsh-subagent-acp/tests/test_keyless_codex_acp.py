@@ -325,7 +325,8 @@ async def test_the_idle_timeout_fires_when_the_model_goes_silent_mid_stream(
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     with ResponsesFixture([Stall("half an ans")]) as fixture:
-        provider = _provider(codex_acp, tmp_path, fixture, idle_timeout_seconds=2.0)
+        # codex-acp answers initialize in well under a second; 3 s of silence is the stall.
+        provider = _provider(codex_acp, tmp_path, fixture, idle_timeout_seconds=3.0)
         with ProcessWatch() as watch:
             result, events = await delegate_with_progress(
                 provider,

@@ -204,7 +204,8 @@ async def test_the_idle_timeout_fires_when_the_model_goes_silent_mid_stream(
 ) -> None:
     with ResponsesFixture([Stall("half an ans")]) as fixture:
         # Codex's own stream idle timeout (30 s in the fixture config) is far longer.
-        provider = _provider(tmp_path, fixture, idle_timeout_seconds=2.0)
+        # Codex answers initialize in well under a second; 3 s of silence is the stall.
+        provider = _provider(tmp_path, fixture, idle_timeout_seconds=3.0)
         with ProcessWatch() as watch:
             result, events = await delegate_with_progress(
                 provider, _workspace(tmp_path), deadline=90, on_result=_gone_before_dispose(watch)
