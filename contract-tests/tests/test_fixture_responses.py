@@ -19,7 +19,9 @@ from dsh_contract_tests.fixtures.responses import (
     PlainAnswer,
     RecordedRequest,
     ResponsesFixture,
+    ResponseUsage,
     Route,
+    Stall,
     TruncatedStream,
     codex_keyless_env,
     write_codex_config,
@@ -257,3 +259,107 @@ def test_route_is_not_asked_about_other_paths() -> None:
         status, _, _ = _post(fixture, {"input": "x"}, path="/v1/elsewhere")
     assert status == 404
     assert seen == []
+
+
+# -- exact usage, call ids, silence mid-stream ---------------------------------------------
+
+
+def _completed_usage(events: list[dict[str, Any]]) -> dict[str, Any]:
+    (done,) = [e for e in events if e["type"] == "response.completed"]
+    usage: dict[str, Any] = done["response"]["usage"]
+    return usage
+
+
+def test_scripted_usage_is_reported_exactly_in_response_completed() -> None:
+    tools = {"tools": [{"type": "function", "name": "exec_command"}]}
+    script: list[Behaviour] = [
+        FunctionCall((("exec_command", {"cmd": "ls"}),), ResponseUsage(100, 20), "call_one"),
+        PlainAnswer("a", usage=ResponseUsage(150, 30, cached_tokens=90, reasoning_tokens=7)),
+        CommentaryThenAnswer("c", "d", usage=ResponseUsage(3, 2)),
+    ]
+    with ResponsesFixture(script) as fixture:
+        call, answer, both = (_events(_post(fixture, tools)[2]) for _ in range(3))
+    assert _completed_usage(call) == {
+        "input_tokens": 100,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 20,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 120,
+    }
+    assert _completed_usage(answer) == {
+        "input_tokens": 150,
+        "input_tokens_details": {"cached_tokens": 90},
+        "output_tokens": 30,
+        "output_tokens_details": {"reasoning_tokens": 7},
+        "total_tokens": 180,
+    }
+    assert _completed_usage(both)["total_tokens"] == 5
+    (item,) = [e["item"] for e in call if e["type"] == "response.output_item.done"]
+    assert (item["call_id"], item["id"]) == ("call_one", "fc_one")
+
+
+def test_behaviours_without_usage_keep_the_default_counts_and_call_id() -> None:
+    tools = {"tools": [{"type": "function", "name": "f"}]}
+    with ResponsesFixture([PlainAnswer("x"), FunctionCall((("f", {}),))]) as fixture:
+        answer, call = (_events(_post(fixture, tools)[2]) for _ in range(2))
+    usage = _completed_usage(answer)
+    assert (usage["input_tokens"], usage["output_tokens"]) == (10, 1)
+    assert _completed_usage(call)["output_tokens"] == 5
+    (item,) = [e["item"] for e in call if e["type"] == "response.output_item.done"]
+    assert (item["call_id"], item["id"]) == ("call_fixture", "fc_fixture")
+
+
+def test_held_answer_reports_its_usage() -> None:
+    results: list[bytes] = []
+    with ResponsesFixture([Hold(then=PlainAnswer("r", usage=ResponseUsage(7, 3)))]) as fixture:
+        worker = threading.Thread(target=lambda: results.append(_post(fixture, {})[2]))
+        worker.start()
+        fixture.wait_for_hold(timeout=10)
+        fixture.release()
+        worker.join(timeout=10)
+    assert _completed_usage(_events(results[0]))["total_tokens"] == 10
+
+
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [
+        ((-1, 0, 0, 0), "must not be negative"),
+        ((5, 1, 6, 0), "cached_tokens is part of input_tokens"),
+        ((5, 1, 0, 2), "reasoning_tokens is part of output_tokens"),
+    ],
+)
+def test_impossible_usage_is_refused(counts: tuple[int, int, int, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ResponseUsage(*counts)
+
+
+def test_stall_sends_a_partial_message_then_nothing_until_released() -> None:
+    results: list[bytes] = []
+    with ResponsesFixture([Stall("half of it")]) as fixture:
+        worker = threading.Thread(target=lambda: results.append(_post(fixture, {})[2]))
+        worker.start()
+        fixture.wait_for_hold(timeout=10)
+        assert (fixture.holding, results) == (1, [])  # open, silent, not answered
+        fixture.release()
+        worker.join(timeout=10)
+    events = _events(results[0])
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+    ]
+    assert events[-1]["delta"] == "half of it"
+    assert b"[DONE]" not in results[0]
+
+
+def test_close_cuts_a_stalled_stream() -> None:
+    results: list[bytes] = []
+    fixture = ResponsesFixture([Stall()]).start()
+    worker = threading.Thread(target=lambda: results.append(_post(fixture, {})[2]))
+    worker.start()
+    fixture.wait_for_hold(timeout=10)
+    fixture.close()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    assert b"response.completed" not in results[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,12 +14,16 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 from dsh_subagent import (
+    Budget,
     CancelController,
     ParentContext,
+    ProgressEvent,
     ResolvedSubagentStartRequest,
     SubagentDescriptor,
     SubagentResult,
     SubagentRun,
+    SubagentService,
+    SubagentStartRequest,
     TextBlock,
 )
 from dsh_subagent_acp import AcpConfig, AcpProvider
@@ -126,6 +130,41 @@ async def delegate(
     with anyio.fail_after(30):
         async with started_run(provider, cwd=cwd, prompt=prompt) as run:
             return await run.result()
+
+
+async def delegate_with_progress(
+    provider: AcpProvider,
+    *,
+    cwd: str,
+    prompt: str = "the task",
+    progress_commands: bool = False,
+    budget: Budget | None = None,
+    deadline: float = 30.0,
+    on_result: Callable[[SubagentResult], None] | None = None,
+) -> tuple[SubagentResult, list[ProgressEvent]]:
+    """Delegate through a :class:`SubagentService` (the host's way in), reading the run's
+    progress until it ends (at settlement). ``on_result`` runs between the result and
+    the run's disposal (e.g. to check that the tree is already gone)."""
+    events: list[ProgressEvent] = []
+    request = SubagentStartRequest(
+        prompt=(TextBlock(text=prompt),),
+        parent=ParentContext(session_id="parent-session", cwd=cwd),
+        progress_commands=progress_commands,
+        budget=budget,
+    )
+    with anyio.fail_after(deadline):
+        async with SubagentService() as service:
+            service.register_provider(provider)
+            run = await service.start(provider.name, request)
+            try:
+                async for event in run.progress:
+                    events.append(event)
+                result = await run.result()
+                if on_result is not None:
+                    on_result(result)
+            finally:
+                await run.dispose()
+    return result, events
 
 
 def pid_alive(pid: int) -> bool:

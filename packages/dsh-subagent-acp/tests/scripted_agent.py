@@ -31,7 +31,10 @@ Script keys (all optional except where a test needs them):
   ``"then": "hang"`` keep hanging), ``hang``, ``exit``, ``signal``, ``malformed``,
   ``error`` (JSON-RPC error with the given text), ``long_line`` (that many bytes on
   stdout with no newline, then hang), ``stderr`` (one line on stderr), ``stop`` (the
-  stop reason).
+  stop reason), ``update`` (any ``session/update`` payload, e.g.
+  ``{"sessionUpdate": "tool_call", ...}``, sent for this session), ``sleep`` (seconds of
+  silence).
+* ``usage``: the ``usage`` object of the ``session/prompt`` answer (camelCase keys).
 """
 
 from __future__ import annotations
@@ -56,7 +59,9 @@ from acp.schema import (
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
+    SessionNotification,
     ToolCallUpdate,
+    Usage,
 )
 
 SCRIPT: dict[str, Any] = {}
@@ -205,7 +210,17 @@ class ScriptedAgent:
                 sys.stderr.flush()
             elif "stop" in step:
                 stop = step["stop"]
-        return PromptResponse(stop_reason=stop)
+            elif "update" in step:
+                notification = SessionNotification.model_validate(
+                    {"sessionId": session_id, "update": step["update"]}
+                )
+                await self.conn.session_update(session_id, notification.update)
+            elif "sleep" in step:
+                await asyncio.sleep(float(step["sleep"]))
+        usage = SCRIPT.get("usage")
+        return PromptResponse(
+            stop_reason=stop, usage=None if usage is None else Usage.model_validate(usage)
+        )
 
     async def contract_turn(self, prompt: list[Any], session_id: str) -> PromptResponse:
         """Follow the contract kit's directive line found in the task text."""

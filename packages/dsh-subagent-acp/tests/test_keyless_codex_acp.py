@@ -2,6 +2,8 @@
 Responses fixture, isolated in a temporary HOME/CODEX_HOME/TMPDIR, loopback only.
 
 The agent comes from ``scripts/install-acp-agent`` (npm ``@zed-industries/codex-acp``).
+The budget tests hold or stall the model stream and wait for the bound to fire (an
+event), never asserting how fast.
 These tests skip only when that script reports the npm registry unreachable; any other
 installation problem fails them.
 """
@@ -10,24 +12,41 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
 import pytest
-from acp_harness import make_request, pid_alive, started_run
+from acp_harness import delegate_with_progress, make_request, pid_alive, started_run
 from dsh_contract_tests.fixtures.responses import (
     DEFAULT_FIXTURE_API_KEY,
+    Behaviour,
     FunctionCall,
     Hold,
     PlainAnswer,
     ResponsesFixture,
+    ResponseUsage,
+    Stall,
     codex_keyless_env,
     write_codex_config,
 )
-from dsh_subagent import CancelController
+from dsh_subagent import (
+    COMPLETED,
+    ERROR,
+    AssistantText,
+    Budget,
+    CancelController,
+    FileChanged,
+    ProgressEvent,
+    SubagentResult,
+    ToolFinished,
+    ToolStarted,
+    UsageUpdated,
+)
 from dsh_subagent_acp import AcpConfig, AcpProvider, PermissionPolicy
-from dsh_subprocess.testing import host_descendants
+from dsh_subprocess.testing import ProcessWatch, host_descendants
 
 INSTALLER = Path(__file__).resolve().parents[3] / "scripts" / "install-acp-agent"
 REGISTRY_UNREACHABLE = 3
@@ -71,9 +90,21 @@ def _provider(
     *,
     permission: PermissionPolicy = "reject",
     asks: bool = False,
+    runs_tools: bool = False,
+    extra_env: dict[str, str] | None = None,
+    **config: Any,
 ) -> AcpProvider:
-    env = codex_keyless_env(tmp_path / "root")
-    if asks:
+    env = {**codex_keyless_env(tmp_path / "root"), **(extra_env or {})}
+    if runs_tools:
+        # No approval asked, no sandbox (the read-only one needs bubblewrap, pitfall A2).
+        write_codex_config(
+            env["CODEX_HOME"],
+            fixture.base_url,
+            model=MODEL,
+            approval_policy="never",
+            sandbox_mode="danger-full-access",
+        )
+    elif asks:
         # "untrusted" makes codex-acp ask before exec; tools need danger-full-access
         # here because the read-only sandbox needs bubblewrap (products.md, pitfall A2).
         write_codex_config(
@@ -98,6 +129,7 @@ def _provider(
             # codex-acp never exits on stdin EOF: a short EOF window keeps dispose quick.
             dispose_eof_grace=0.2,
             dispose_grace=2.0,
+            **config,
         )
     )
 
@@ -185,3 +217,128 @@ async def test_cancel_mid_turn_settles_aborted_and_leaves_nothing(
     assert not [pid for pid in during if pid_alive(pid)], "a codex-acp process survived"
     assert len(fixture.requests) == 1
     assert TASK in fixture.requests[0].input_texts()
+
+
+# -- progress, usage and budgets -----------------------------------------------------------
+
+PATCH = "apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\nEOF\n"
+
+
+def _is_subsequence(expected: Sequence[object], events: Sequence[object]) -> bool:
+    remaining = iter(events)
+    return all(any(event == wanted for event in remaining) for wanted in expected)
+
+
+def _gone_before_dispose(watch: ProcessWatch) -> Callable[[SubagentResult], None]:
+    def check(_result: SubagentResult) -> None:
+        assert any("codex-acp" in seen.name for seen in watch.seen), "the agent never ran"
+        assert watch.alive() == [], "the result came before the tree was gone"
+
+    return check
+
+
+async def test_a_scripted_task_gives_its_exact_progress(codex_acp: str, tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    script: list[Behaviour] = [
+        FunctionCall((("exec_command", {"cmd": "echo one"}),), ResponseUsage(1200, 80), "call_one"),
+        FunctionCall((("exec_command", {"cmd": PATCH}),), ResponseUsage(1350, 60), "call_two"),
+        PlainAnswer(ANSWER, usage=ResponseUsage(1500, 40)),
+    ]
+    with ResponsesFixture(script) as fixture:
+        provider = _provider(codex_acp, tmp_path, fixture, runs_tools=True)
+        result, events = await delegate_with_progress(
+            provider, cwd=str(workspace), prompt=TASK, progress_commands=True, deadline=60
+        )
+    print("\nobserved progress:", *(e.model_dump_json() for e in events), sep="\n  ")
+    assert (result.stop_reason, result.text) == (COMPLETED, ANSWER)
+    assert (workspace / "hello.txt").read_text() == "hi\n"
+    expected: list[ProgressEvent] = [
+        ToolStarted(tool_kind="command", name="execute", call_id="call_one", command="echo one"),
+        ToolFinished(tool_kind="command", name="execute", call_id="call_one", ok=True),
+        ToolStarted(tool_kind="file-edit", name="edit", call_id="call_two"),
+        ToolFinished(tool_kind="file-edit", name="edit", call_id="call_two", ok=True),
+        FileChanged(path=str(workspace / "hello.txt")),
+        AssistantText(text=ANSWER, delta=True),
+    ]
+    assert _is_subsequence(expected, events), [e.kind for e in events]
+    # codex-acp 0.16.0 states only its context window (usage_update used/size), no cost and
+    # no token counts on the prompt answer: there is no usage to report, none is guessed.
+    assert not [e for e in events if isinstance(e, UsageUpdated)]
+    assert result.usage is None
+    assert len(fixture.requests) == 3
+
+
+async def test_an_env_value_a_command_prints_never_reaches_progress(
+    codex_acp: str, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    secret = "PLANTED-ENV-VALUE-0d41a7"
+    script: list[Behaviour] = [
+        FunctionCall((("exec_command", {"cmd": "printenv PLANTED_PROGRESS_VALUE"}),)),
+        PlainAnswer(ANSWER),
+    ]
+    with ResponsesFixture(script) as fixture:
+        provider = _provider(
+            codex_acp,
+            tmp_path,
+            fixture,
+            runs_tools=True,
+            extra_env={"PLANTED_PROGRESS_VALUE": secret},
+        )
+        result, events = await delegate_with_progress(
+            provider, cwd=str(workspace), prompt=TASK, progress_commands=True, deadline=60
+        )
+    assert result.stop_reason == COMPLETED
+    assert secret in fixture.requests[1].raw_body.decode()  # the command did print it
+    assert any(isinstance(e, ToolFinished) for e in events)
+    assert not [e for e in events if secret in e.model_dump_json()]
+
+
+async def test_the_deadline_fires_mid_prompt_with_its_fixed_diagnostic(
+    codex_acp: str, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with ResponsesFixture([Hold(then=PlainAnswer("too late"))]) as fixture:
+        provider = _provider(codex_acp, tmp_path, fixture)
+        with ProcessWatch() as watch:
+            result, _events = await delegate_with_progress(
+                provider,
+                cwd=str(workspace),
+                prompt=TASK,
+                budget=Budget(deadline_seconds=5.0),
+                deadline=60,
+                on_result=_gone_before_dispose(watch),
+            )
+    assert result.stop_reason == ERROR
+    assert result.diagnostic == (
+        "Product subagent failure (product: ACP; stage: prompt; category: deadline-exceeded)"
+    )
+    assert len(fixture.requests) == 1
+
+
+async def test_the_idle_timeout_fires_when_the_model_goes_silent_mid_stream(
+    codex_acp: str, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with ResponsesFixture([Stall("half an ans")]) as fixture:
+        # codex-acp answers initialize in well under a second; 3 s of silence is the stall.
+        provider = _provider(codex_acp, tmp_path, fixture, idle_timeout_seconds=3.0)
+        with ProcessWatch() as watch:
+            result, events = await delegate_with_progress(
+                provider,
+                cwd=str(workspace),
+                prompt=TASK,
+                deadline=60,
+                on_result=_gone_before_dispose(watch),
+            )
+    print("\nobserved progress:", *(e.model_dump_json() for e in events), sep="\n  ")
+    assert result.stop_reason == ERROR
+    assert result.diagnostic == (
+        "Product subagent failure (product: ACP; stage: prompt; category: idle-timeout)"
+    )
+    assert AssistantText(text="half an ans", delta=True) in events  # then silence
+    assert len(fixture.requests) == 1

@@ -15,13 +15,17 @@ from typing import Any
 
 import anyio
 from dsh_subagent import (
+    Budget,
     CancelController,
     Launch,
     ParentContext,
+    ProgressEvent,
     ResolvedSubagentStartRequest,
     SubagentDescriptor,
     SubagentResult,
     SubagentRun,
+    SubagentService,
+    SubagentStartRequest,
     TextBlock,
 )
 from dsh_subagent_codex import CodexConfig, CodexProvider
@@ -195,3 +199,38 @@ async def delegate(
             finally:
                 await run.dispose()
     return result, run
+
+
+async def delegate_with_progress(
+    provider: CodexProvider,
+    cwd: Path | str,
+    *,
+    prompt: Sequence[str] = ("do the task",),
+    progress_commands: bool = False,
+    budget: Budget | None = None,
+    deadline: float = 30.0,
+    on_result: Callable[[SubagentResult], None] | None = None,
+) -> tuple[SubagentResult, list[ProgressEvent]]:
+    """Delegate through a :class:`SubagentService` (the host's way in) and read the run's
+    progress until it ends (at settlement). ``on_result`` runs between the result and
+    the run's disposal (e.g. to check that the tree is already gone)."""
+    events: list[ProgressEvent] = []
+    request = SubagentStartRequest(
+        prompt=tuple(TextBlock(text=text) for text in prompt),
+        parent=ParentContext(session_id="parent-session", cwd=str(cwd)),
+        progress_commands=progress_commands,
+        budget=budget,
+    )
+    with anyio.fail_after(deadline):
+        async with SubagentService() as service:
+            service.register_provider(provider)
+            run = await service.start(provider.name, request)
+            try:
+                async for event in run.progress:
+                    events.append(event)
+                result = await run.result()
+                if on_result is not None:
+                    on_result(result)
+            finally:
+                await run.dispose()
+    return result, events

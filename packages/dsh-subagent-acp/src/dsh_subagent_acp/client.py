@@ -1,7 +1,7 @@
 """The client side of one ACP session: what the agent may ask of us, and what we keep.
 
 The ``acp`` library dispatches agent-to-client calls to methods of this object by name.
-Only two are served: ``session/update`` (the streamed answer) and
+Only two are served: ``session/update`` (the streamed answer, and the run's progress) and
 ``session/request_permission`` (answered by policy, never shown to a person). File-system
 and terminal capabilities are not advertised, and every other agent request is refused
 with JSON-RPC ``-32601`` (method not found): the library would otherwise answer the
@@ -24,6 +24,7 @@ from dsh_subagent import ContentBlock, TextBlock
 
 from dsh_subagent_acp.config import PermissionPolicy
 from dsh_subagent_acp.permissions import answer_permission
+from dsh_subagent_acp.progress import AcpProgress
 
 __all__ = ["AcpSessionClient"]
 
@@ -38,6 +39,7 @@ class AcpSessionClient:
     Args:
         policy: The unattended permission policy.
         output: Where each answer chunk is appended as it arrives (the run's output).
+        progress: Where the session's updates are reported as progress, if anywhere.
 
     Attributes:
         session_id: The session whose updates count; ``None`` until ``session/new``
@@ -46,9 +48,15 @@ class AcpSessionClient:
         approved_requests: How many of them were approved (only under ``allow``).
     """
 
-    def __init__(self, policy: PermissionPolicy, output: list[ContentBlock]) -> None:
+    def __init__(
+        self,
+        policy: PermissionPolicy,
+        output: list[ContentBlock],
+        progress: AcpProgress | None = None,
+    ) -> None:
         self._policy = policy
         self._output = output
+        self._progress = progress
         self.session_id: str | None = None
         self.permission_requests = 0
         self.approved_requests = 0
@@ -63,8 +71,13 @@ class AcpSessionClient:
         )
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        """Keep ``agent_message_chunk`` text of our session; drop every other update."""
-        if session_id != self.session_id or not isinstance(update, AgentMessageChunk):
+        """Keep ``agent_message_chunk`` text of our session and report our session's
+        updates as progress; updates of any other session are dropped."""
+        if session_id != self.session_id:
+            return
+        if self._progress is not None:
+            self._progress.on_update(update)
+        if not isinstance(update, AgentMessageChunk):
             return
         if isinstance(update.content, TextContentBlock) and update.content.text:
             self._output.append(TextBlock(text=update.content.text))

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from dsh_subagent_acp.client import AcpSessionClient
 from dsh_subagent_acp.config import AcpConfig
+from dsh_subagent_acp.progress import AcpProgress
 from dsh_subagent_acp.stop_reasons import MAX_TURN_REQUESTS_CATEGORY, map_stop_reason
 from dsh_subagent_acp.transport import LineTransport
 
@@ -71,7 +72,8 @@ class AcpSession:
     def __init__(self, child: ProductChild, config: AcpConfig) -> None:
         self._child = child
         self._config = config
-        self.client = AcpSessionClient(config.permission, child.output)
+        self.progress = AcpProgress(child.report, include_commands=child.include_commands)
+        self.client = AcpSessionClient(config.permission, child.output, self.progress)
         self.transport = LineTransport(child)
         # The session client deliberately lacks the fs/* methods the Client protocol
         # lists: the library router then refuses those requests (method not found).
@@ -146,6 +148,7 @@ class AcpSession:
             await self.close()
             self._merge_output()
         self._turn_open = False
+        self.progress.on_prompt_usage(response.usage)
         return self._settle_turn(response)
 
     def _merge_output(self) -> None:
@@ -163,7 +166,9 @@ class AcpSession:
         stop_reason = map_stop_reason(acp_stop)
         if stop_reason == COMPLETED and not text_of(self._child.output).strip():
             raise self._fail("blank-answer")
-        return SubagentResult(output=tuple(self._child.output), stop_reason=stop_reason)
+        return SubagentResult(
+            output=tuple(self._child.output), stop_reason=stop_reason, usage=self.progress.usage
+        )
 
     async def cancel(self) -> None:
         """``session/cancel`` for a turn still in flight; nothing otherwise.

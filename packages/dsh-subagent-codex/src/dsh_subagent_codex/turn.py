@@ -4,7 +4,8 @@ unattended server requests and the safe facts of every failure.
 The state here is per run; nothing is shared between runs or instances. Failures are
 raised as ``child.fail(...)`` (a terminal's category) or :class:`CodexProtocolError`
 (``unknown`` at the current stage); the latest permission fact is kept current as
-``child.detail``, the second line of whatever failure ends the run.
+``child.detail``, the second line of whatever failure ends the run. What the turn's
+notifications say is reported as progress (see progress.py), in frame order.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dsh_subagent import (
     ProductFailure,
     SubagentResult,
     TextBlock,
+    TurnStarted,
 )
 from pydantic import ValidationError
 
@@ -34,6 +36,12 @@ from dsh_subagent_codex.permissions import (
     answer_request,
     declined_item_fact,
     sandbox_failure_fact,
+)
+from dsh_subagent_codex.progress import (
+    PROGRESS_METHODS,
+    item_events,
+    progress_events,
+    turn_scope,
 )
 from dsh_subagent_codex.protocol import (
     AgentMessageItem,
@@ -60,6 +68,8 @@ __all__ = [
 
 PRODUCT: Final = "Codex"
 INTERNAL_ERROR: Final = -32603
+MAX_EARLY_PROGRESS: Final = 256
+"""Progress-only frames kept while the turn id is not yet committed (the rest dropped)."""
 
 
 @dataclass
@@ -122,6 +132,7 @@ class TurnDriver:
     _turn_start_id: str | None = None
     _order: int = 0
     _buffered: list[_Buffered] = field(default_factory=list)
+    _early_progress: int = 0
     _deferred: list[tuple[int, PermissionFact]] = field(default_factory=list)
     _terminal: SubagentResult | None = None
     _max_tokens: ProductFailure | None = None
@@ -195,8 +206,10 @@ class TurnDriver:
             self._on_turn_started(frame)
         elif method in ("item/completed", "turn/completed"):
             await self._on_turn_frame(order, frame)
-        # Every other notification (deltas, warnings, the ``error`` notification, …) is
-        # ignored: the category comes only from the terminal ``turn/completed``.
+        elif method in PROGRESS_METHODS:
+            self._on_progress_frame(order, frame)
+        # Every other notification (warnings, the ``error`` notification, …) is ignored:
+        # the category comes only from the terminal ``turn/completed``.
 
     async def _on_turn_start_response(self, frame: Frame) -> None:
         if frame.error is not None:
@@ -217,7 +230,10 @@ class TurnDriver:
         for item in buffered:
             if self._terminal is not None:
                 break
-            await self._on_turn_frame(item.order, item.frame)
+            if item.frame.method in PROGRESS_METHODS:
+                self._on_progress_frame(item.order, item.frame)
+            else:
+                await self._on_turn_frame(item.order, item.frame)
 
     def _claim_turn(self, turn_id: str) -> None:
         """Check an early frame's turn id against the provisional id (before commit)."""
@@ -231,9 +247,41 @@ class TurnDriver:
             params = TurnStartedParams.model_validate(frame.params)
         except ValidationError as exc:
             raise CodexProtocolError("app-server returned invalid turn/started params") from exc
-        if params.threadId != self.thread_id or self.committed:
+        if params.threadId != self.thread_id:
             return
-        self._claim_turn(params.turn.id)
+        if not self.committed:
+            self._claim_turn(params.turn.id)
+        elif params.turn.id != self.turn_id:
+            return
+        self.child.report(TurnStarted())
+
+    def _on_progress_frame(self, order: int, frame: Frame) -> None:
+        """Report a progress-only notification of the turn; it never fails the run.
+
+        Before the turn id is committed such frames wait (at most
+        :data:`MAX_EARLY_PROGRESS`) with the other early frames, keeping their order.
+        """
+        scope = turn_scope(frame.params)
+        if scope is None or scope[0] != self.thread_id:
+            return
+        if not self.committed:
+            if self._early_progress < MAX_EARLY_PROGRESS:
+                self._early_progress += 1
+                self._buffered.append(_Buffered(order, frame))
+            return
+        if scope[1] == self.turn_id:
+            for event in progress_events(
+                frame.method or "", frame.params, include_commands=self.child.include_commands
+            ):
+                self.child.report(event)
+
+    def _report_item(self, item: dict[str, Any]) -> None:
+        try:
+            events = item_events(item, started=False, include_commands=self.child.include_commands)
+        except ValidationError:
+            return  # progress is best effort (see progress.py)
+        for event in events:
+            self.child.report(event)
 
     async def _on_turn_frame(self, order: int, frame: Frame) -> None:
         method = frame.method
@@ -257,6 +305,7 @@ class TurnDriver:
             self._on_terminal(order, params.turn)
 
     def _on_item(self, order: int, item: dict[str, Any]) -> None:
+        self._report_item(item)
         kind = item.get("type")
         if kind == "agentMessage":
             try:
