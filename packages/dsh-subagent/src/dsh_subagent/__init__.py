@@ -38,6 +38,12 @@ from dsh_subagent.events import (
     SubagentRunEnded,
     SubagentRunStarted,
 )
+from dsh_subagent.framework_calls import (
+    FRAMEWORK_CANCEL_REASON,
+    ParentSource,
+    ToolCallRunner,
+    parent_of,
+)
 from dsh_subagent.lines import (
     DEFAULT_MAX_LINE_BYTES,
     LineReader,
@@ -111,6 +117,7 @@ __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "DIAGNOSTIC_TRUNCATED_SUFFIX",
     "ERROR",
+    "FRAMEWORK_CANCEL_REASON",
     "KNOWN_STOP_REASONS",
     "MAX_SAFE_INTEGER",
     "MAX_SUBAGENT_DIAGNOSTIC_BYTES",
@@ -141,6 +148,7 @@ __all__ = [
     "NamedProviderConfig",
     "OutOfProcessProvider",
     "ParentContext",
+    "ParentSource",
     "ProductChild",
     "ProductConfig",
     "ProductFailure",
@@ -171,6 +179,7 @@ __all__ = [
     "SubprocessRunHandle",
     "TextBlock",
     "ToolCallContext",
+    "ToolCallRunner",
     "ToolError",
     "ToolFilter",
     "ToolResult",
@@ -185,6 +194,7 @@ __all__ = [
     "limit_diagnostic",
     "mount_subagent_tool",
     "one_shot_task_texts",
+    "parent_of",
     "publish_run",
     "render_foreground_failure",
     "resolve_child_cwd",
