@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 
 import anyio
+import anyio.lowlevel
 import pytest
 from dsh_pydantic_ai import ParentSource, SubagentToolset
 from dsh_subagent import (
@@ -16,12 +17,14 @@ from dsh_subagent import (
     SubagentService,
     TextBlock,
     ToolCallContext,
+    ToolResult,
     run_tool_call,
 )
 from dsh_subagent.testing import Script, ScriptedProvider
 from dsh_subagent.tool import SubagentTool, SubagentToolConfig
 from dsh_tool_jobs import BackgroundSubagentLauncher, JobRegistry, job_tools
 from pai_model import Steps, call, tool_returns
+from pydantic import JsonValue
 from pydantic_ai import Agent, CancellationToken
 from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.models.function import FunctionModel
@@ -224,4 +227,50 @@ async def test_pydantic_ais_own_cancel_cancels_the_delegation(service: SubagentS
     (record,) = provider.records
     assert record.cancel_reasons[0] == FRAMEWORK_CANCEL_REASON
     assert record.teardowns == 1
+    assert toolset.in_flight == 0
+
+
+class SlowTeardownTool:
+    """A dsh tool whose reaction to its cancel signal lasts until the test releases it."""
+
+    name = "slow"
+    description = "waits for cancellation, then for the release"
+    parameters: dict[str, JsonValue] = {"type": "object", "properties": {}}  # noqa: RUF012
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+        self.reason: str | None = None
+
+    async def call(self, arguments: Mapping[str, object], context: ToolCallContext) -> ToolResult:
+        self.entered.set()
+        self.reason = await context.cancel.wait()
+        await self.release.wait()
+        return ToolResult("stopped")
+
+
+async def test_a_cancelled_run_returns_only_after_the_tool_call_finished() -> None:
+    """pydantic-ai drains its cancelled tool tasks, so the run itself waits for the teardown."""
+    slow = SlowTeardownTool()
+    toolset = SubagentToolset([slow])
+    agent = Agent(FunctionModel(Steps([call("slow")])))
+    returned = anyio.Event()
+    scope = anyio.CancelScope()
+
+    async def run() -> None:
+        with scope:
+            await agent.run("go", deps=PARENT, toolsets=[toolset])
+        returned.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await slow.entered.wait()
+        scope.cancel()
+        for _ in range(50):
+            await anyio.lowlevel.checkpoint()
+        assert slow.reason == FRAMEWORK_CANCEL_REASON
+        assert not returned.is_set()
+        assert toolset.in_flight == 1
+        slow.release.set()
+        await returned.wait()
     assert toolset.in_flight == 0
