@@ -28,6 +28,8 @@ DISTRIBUTIONS = {
     "dsh-subagent-claude-code": "dsh_subagent_claude_code",
     "dsh-subagent-acp": "dsh_subagent_acp",
     "dsh-cli": "dsh_cli",
+    "dsh-pydantic-ai": "dsh_pydantic_ai",
+    "dsh-openai-agents": "dsh_openai_agents",
     "dsh-contract-tests": "dsh_contract_tests",
 }
 

@@ -37,6 +37,12 @@ from dsh_subagent.events import (
     SubagentRunEnded,
     SubagentRunStarted,
 )
+from dsh_subagent.framework_calls import (
+    FRAMEWORK_CANCEL_REASON,
+    ParentSource,
+    ToolCallRunner,
+    parent_of,
+)
 from dsh_subagent.lines import (
     DEFAULT_MAX_LINE_BYTES,
     LineReader,
@@ -127,6 +133,7 @@ __all__ = [
     "DEFAULT_PROGRESS_BUFFER",
     "DIAGNOSTIC_TRUNCATED_SUFFIX",
     "ERROR",
+    "FRAMEWORK_CANCEL_REASON",
     "IDLE_TIMEOUT",
     "KNOWN_STOP_REASONS",
     "MAX_SAFE_INTEGER",
@@ -162,6 +169,7 @@ __all__ = [
     "NamedProviderConfig",
     "OutOfProcessProvider",
     "ParentContext",
+    "ParentSource",
     "PlanStep",
     "PlanUpdated",
     "ProductChild",
@@ -197,6 +205,7 @@ __all__ = [
     "SubprocessRunHandle",
     "TextBlock",
     "ToolCallContext",
+    "ToolCallRunner",
     "ToolError",
     "ToolFilter",
     "ToolFinished",
@@ -214,6 +223,7 @@ __all__ = [
     "limit_diagnostic",
     "mount_subagent_tool",
     "one_shot_task_texts",
+    "parent_of",
     "publish_run",
     "render_foreground_failure",
     "resolve_child_cwd",

@@ -1,0 +1,37 @@
+"""Fixtures of the pydantic-ai adapter tests.
+
+pydantic-ai runs tool calls as asyncio tasks, so these tests run on asyncio only (the
+cancellation bridge itself is tested on asyncio and trio in dsh-subagent).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dsh_contract_tests.fixtures.keyless_profile import (
+    AMBIENT_MODEL_VARIABLES,
+    KeylessProducts,
+    keyless_products,
+)
+
+# The scripted model module lives next to the tests; importlib mode does not add this directory.
+sys.path.insert(0, str(Path(__file__).parent))
+
+from pai_model import CLAUDE_ANSWER
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def products(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KeylessProducts]:
+    """The real Codex and Claude Code behind loopback models, bound by one profile."""
+    for variable in AMBIENT_MODEL_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    with keyless_products(tmp_path, claude_answer=CLAUDE_ANSWER) as running:
+        yield running
