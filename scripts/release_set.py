@@ -28,6 +28,8 @@ RELEASE_SET: Final = (
     "dsh-subagent-claude-code",
     "dsh-subagent-acp",
     "dsh-cli",
+    "dsh-pydantic-ai",
+    "dsh-openai-agents",
     "dsh-contract-tests",
 )
 """Every published distribution, in dependency order."""
