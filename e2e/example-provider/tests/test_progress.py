@@ -25,14 +25,16 @@ pytestmark = pytest.mark.anyio
 TASK = "dsh-example/progress\ndsh-contract/1 complete T-5eed1234"
 
 
-async def _run(cwd: Path, *, commands: bool) -> tuple[list[ProgressEvent], Usage | None, str]:
+async def _run(
+    cwd: Path, *, commands: bool, env: dict[str, str] | None = None
+) -> tuple[list[ProgressEvent], Usage | None, str]:
     request = SubagentStartRequest(
         prompt=(TextBlock(text=TASK),),
         parent=ParentContext(session_id="s", cwd=str(cwd)),
         progress_commands=commands,
     )
     async with SubagentService() as service:
-        service.register_provider(ExampleProvider(ExampleConfig()))
+        service.register_provider(ExampleProvider(ExampleConfig(env=env or {})))
         run = await service.start("example", request)
         events: list[ProgressEvent] = []
         async with anyio.create_task_group() as group:
@@ -65,3 +67,12 @@ async def test_command_text_only_when_the_host_opted_in(tmp_path: Path) -> None:
     events, _, _ = await _run(tmp_path, commands=True)
     tools = [event for event in events if isinstance(event, ToolStarted)]
     assert tools == [ToolStarted(tool_kind="command", name="Bash", command="ls -la")]
+
+
+async def test_a_planted_env_value_never_reaches_progress(tmp_path: Path) -> None:
+    secret = "sk-PLANTED-ENV-9c4e17"
+    env = {"OPENAI_API_KEY": secret, "DSH_EXAMPLE_TOKEN": secret}
+    events, _, _ = await _run(tmp_path, commands=True, env=env)
+    assert len(events) == 3
+    for event in events:
+        assert secret not in event.model_dump_json()
