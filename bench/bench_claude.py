@@ -38,10 +38,13 @@ from dsh_subprocess.testing import ProcessWatch, alive
 
 from bench.bench_codex import start_request
 from bench.bench_common import (
+    PROGRESS_TARGET,
     Comparison,
     Profile,
+    ProgressTally,
     Samples,
     clock,
+    collect_progress,
     interleave_many,
     temp_root,
 )
@@ -94,11 +97,19 @@ class _UnguardedClaudeCodeProvider(ClaudeCodeProvider):
         return await spawn(unguarded, stderr_observer=stderr_observer)
 
 
-async def _ours_once(service: SubagentService, name: str, home: KeylessClaudeHome) -> float:
+async def _ours_once(
+    service: SubagentService,
+    name: str,
+    home: KeylessClaudeHome,
+    progress: ProgressTally | None = None,
+) -> float:
     started = clock()
     run = await service.start(name, start_request(home.workspace, TASK))
     try:
-        result = await run.result()
+        if progress is None:
+            result = await run.result()
+        else:
+            result = await collect_progress(run, progress)
     finally:
         await run.dispose()
     elapsed = clock() - started
@@ -143,9 +154,26 @@ async def run_p2(profile: Profile) -> list[Comparison]:
             async def unguarded() -> float:
                 return await _ours_once(service, "claude-unguarded", bare_home)
 
-            a, b, c = await interleave_many(
-                profile.warmup, profile.p2_pairs, (ours, official, unguarded)
+            tally = ProgressTally()
+
+            async def ours_progress() -> float:
+                return await _ours_once(service, "claude-code", ours_home, tally)
+
+            a, d, b, c = await interleave_many(
+                profile.warmup, profile.p2_pairs, (ours, ours_progress, official, unguarded)
             )
+    progress_row = Comparison(
+        benchmark="P2 Claude Code",
+        case="progress collection on (iterator + listener) vs off",
+        ours_label="SubagentService + ClaudeCodeProvider, run.progress read",
+        reference_label="same, nobody reading progress",
+        ours=Samples(tuple(d)),
+        reference=Samples(tuple(a)),
+        ratio_of="ours/reference",
+        target=f"≤ {PROGRESS_TARGET:.2f}",
+        target_check=lambda ratio: ratio <= PROGRESS_TARGET,
+        notes=[tally.note()],
+    )
     return [
         Comparison(
             benchmark="P2 Claude Code",
@@ -162,7 +190,7 @@ async def run_p2(profile: Profile) -> list[Comparison]:
             ("start→result→CLI exit", a),
             ("same, host-death guard off (diagnostic, spawn seam)", c),
         )
-    ]
+    ] + [progress_row]
 
 
 def _mkdir(path: Path) -> Path:

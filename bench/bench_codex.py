@@ -36,7 +36,17 @@ from dsh_subagent import (
 from dsh_subagent_codex import CodexConfig, CodexProvider
 from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver
 
-from bench.bench_common import Comparison, Profile, Samples, clock, interleave_many, temp_root
+from bench.bench_common import (
+    PROGRESS_TARGET,
+    Comparison,
+    Profile,
+    ProgressTally,
+    Samples,
+    clock,
+    collect_progress,
+    interleave_many,
+    temp_root,
+)
 
 __all__ = [
     "ANSWER",
@@ -82,14 +92,25 @@ def start_request(workspace: Path, task: str = TASK, **fields: Any) -> SubagentS
 
 
 async def ours_once(
-    service: SubagentService, name: str, home: CodexHome, fixture: ResponsesFixture
+    service: SubagentService,
+    name: str,
+    home: CodexHome,
+    fixture: ResponsesFixture,
+    progress: ProgressTally | None = None,
 ) -> float:
-    """One full delegation through our provider: start → result → dispose (tree exit)."""
+    """One full delegation through our provider: start → result → dispose (tree exit).
+
+    With ``progress`` a consumer reads the run's progress stream and a listener hears it
+    while the run works ("progress on"); without, nobody does.
+    """
     fixture.enqueue(PlainAnswer(ANSWER))
     started = clock()
     run = await service.start(name, start_request(home.workspace))
     try:
-        result = await run.result()
+        if progress is None:
+            result = await run.result()
+        else:
+            result = await collect_progress(run, progress)
     finally:
         await run.dispose()
     elapsed = clock() - started
@@ -245,8 +266,13 @@ async def run_p1(profile: Profile) -> tuple[list[Comparison], dict[str, Any]]:
                 with unguarded_codex_spawn():
                     return await ours_once(service, "codex", ours_home, fixture)
 
-            a, b, c = await interleave_many(
-                profile.warmup, profile.p1_pairs, (ours, official, ours_unguarded)
+            tally = ProgressTally()
+
+            async def ours_progress() -> float:
+                return await ours_once(service, "codex", ours_home, fixture, tally)
+
+            a, d, b, c = await interleave_many(
+                profile.warmup, profile.p1_pairs, (ours, ours_progress, official, ours_unguarded)
             )
             ours_runs: list[dict[str, float]] = []
             unguarded_runs: list[dict[str, float]] = []
@@ -275,6 +301,20 @@ async def run_p1(profile: Profile) -> tuple[list[Comparison], dict[str, Any]]:
             ("same, host-death guard off (diagnostic patch)", c),
         )
     ]
+    comparisons.append(
+        Comparison(
+            benchmark="P1 Codex",
+            case="progress collection on (iterator + listener) vs off",
+            ours_label="SubagentService + CodexProvider, run.progress read",
+            reference_label="same, nobody reading progress",
+            ours=Samples(tuple(d)),
+            reference=Samples(tuple(a)),
+            ratio_of="ours/reference",
+            target=f"≤ {PROGRESS_TARGET:.2f}",
+            target_check=lambda ratio: ratio <= PROGRESS_TARGET,
+            notes=[tally.note()],
+        )
+    )
     breakdown = {
         "n": profile.p1_breakdown,
         "ours_median_s": _median_phases(ours_runs),

@@ -10,22 +10,33 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import psutil
 
+if TYPE_CHECKING:
+    from dsh_subagent import SubagentResult
+    from dsh_subagent.service import PublishedRun
+
 __all__ = [
+    "PROGRESS_TARGET",
     "Comparison",
     "Profile",
+    "ProgressTally",
     "RssSampler",
     "Samples",
     "clock",
+    "collect_progress",
     "interleave",
     "interleave_many",
     "temp_root",
 ]
 
 clock = time.perf_counter
+
+PROGRESS_TARGET = 1.01
+"""Progress collection on / off: the paired ratio a run may cost at most."""
 
 
 @dataclass(frozen=True)
@@ -229,3 +240,47 @@ class RssSampler:
     def growth(self) -> int:
         """Peak harness RSS minus the RSS when sampling began, in bytes."""
         return self.peak_self - self.baseline
+
+
+@dataclass
+class ProgressTally:
+    """Events the "progress on" side saw, over all its runs (reported as a note)."""
+
+    runs: int = 0
+    read: int = 0
+    heard: int = 0
+
+    def note(self) -> str:
+        if not self.runs:
+            return "no progress run"
+        return (
+            f"progress events per run: {self.read / self.runs:.1f} read by the iterator, "
+            f"{self.heard / self.runs:.1f} heard by the listener"
+        )
+
+
+async def collect_progress(run: PublishedRun, tally: ProgressTally) -> SubagentResult:
+    """``run.result()`` while a consumer reads ``run.progress`` and a listener hears it.
+
+    This is "progress on": what a host showing live progress does (an ``async for``
+    over the stream in its own task, plus a listener); "off" is ``run.result()`` alone.
+    """
+    heard: list[object] = []
+    remove = run.progress.add_listener(heard.append)
+    read = 0
+
+    async def reader() -> None:
+        nonlocal read
+        async for _event in run.progress:
+            read += 1
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(reader)
+            result = await run.result()
+    finally:
+        remove()
+    tally.runs += 1
+    tally.read += read
+    tally.heard += len(heard)
+    return result

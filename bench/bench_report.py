@@ -27,16 +27,16 @@ def _met(value: bool | None) -> str:
 def _comparisons(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "| Benchmark | Case | Ours: median (min–max) | Reference | Reference: median (min–max) "
-        "| Paired ratio median (min–max) | Target | Met |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Paired ratio median (min–max) | Target | Met | Notes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
             f"| {row['benchmark']} | {row['case']} | {_spread(row['ours'])} "
             f"| {row['reference_label']} | {_spread(row['reference'])} "
-            f"| {row['paired_ratio_median']:.2f} ({row['paired_ratio_min']:.2f}–"
+            f"| {row['paired_ratio_median']:.3f} ({row['paired_ratio_min']:.2f}–"
             f"{row['paired_ratio_max']:.2f}) {row['ratio_of']} | {row['target']} "
-            f"| {_met(row['target_met'])} |"
+            f"| {_met(row['target_met'])} | {'; '.join(row.get('notes', []))} |"
         )
     return lines
 

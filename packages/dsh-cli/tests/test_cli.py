@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -14,7 +15,13 @@ import anyio
 import pytest
 from dsh_cli import StaticDiscovery, load_profile, open_runtime
 from dsh_cli.cli import EXIT_CODES, exit_code_for, main
-from dsh_subagent import ParentContext, ProductStartError, SubagentStartRequest, TextBlock
+from dsh_subagent import (
+    Budget,
+    ParentContext,
+    ProductStartError,
+    SubagentStartRequest,
+    TextBlock,
+)
 from dsh_subagent.testing import Script, ScriptedProvider
 from pydantic import BaseModel, ConfigDict
 
@@ -28,6 +35,7 @@ class ScriptedConfig(BaseModel):
     hold: bool = False
     start_fails: bool = False
     result_raises: bool = False
+    budgets: bool = False
 
 
 class ScriptedEntry(ScriptedProvider):
@@ -47,7 +55,12 @@ class ScriptedEntry(ScriptedProvider):
             result_error=OSError("/secret/path/result") if config.result_raises else None,
         )
         super().__init__(config.provider_name, [script])
+        self._budgets = config.budgets
         ScriptedEntry.instances.append(self)
+
+    @property
+    def honours_budgets(self) -> bool:
+        return self._budgets
 
 
 def _start_error() -> ProductStartError:
@@ -318,3 +331,89 @@ def test_open_runtime_raises_a_body_error_unwrapped_and_disposes_runs(
         anyio.run(body)
     assert caught.value is error
     assert ScriptedEntry.instances[0].records[0].teardowns == 1
+
+
+def test_timeout_flags_become_the_requests_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ScriptedEntry.instances.clear()
+    profile = str(_profile(tmp_path, "budgets = true"))
+    flags = ("--timeout", "90", "--idle-timeout", "2.5")
+    assert _dsh("run", profile, "worker", "Do it.", *flags) == 0
+    (record,) = ScriptedEntry.instances[0].records
+    assert record.request.budget == Budget(deadline_seconds=90.0, idle_timeout_seconds=2.5)
+    # Without the flags the request carries no budget at all.
+    assert _dsh("run", profile, "worker", "Do it.") == 0
+    assert ScriptedEntry.instances[1].records[0].request.budget is None
+    capsys.readouterr()
+
+
+def test_a_provider_that_cannot_honour_a_budget_refuses_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ScriptedEntry.instances.clear()
+    assert _dsh("run", str(_profile(tmp_path)), "worker", "Do it.", "--timeout", "5") == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("dsh: worker: could not start: ")
+    assert 'does not honour run budgets (request field "budget")' in line
+    assert ScriptedEntry.instances[0].start_count == 0
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--timeout", "0"),
+        ("--timeout", "-3"),
+        ("--timeout", "abc"),
+        ("--timeout", "inf"),
+        ("--idle-timeout", "nan"),
+        ("--idle-timeout", ""),
+    ],
+)
+def test_a_bad_timeout_is_one_line_naming_the_flag_and_starts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    ScriptedEntry.instances.clear()
+    profile = str(_profile(tmp_path, "budgets = true"))
+    assert _dsh("run", profile, "worker", "Do it.", f"{flag}={value}") == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"dsh: error: {flag}: expected a positive number of seconds, got {value!r}\n"
+    )
+    assert ScriptedEntry.instances == []  # refused before the profile was even loaded
+
+
+@pytest.mark.parametrize("flag", [("--json",), ("--timeout", "5"), ("--idle-timeout", "5")])
+def test_background_refuses_the_foreground_only_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: tuple[str, ...]
+) -> None:
+    profile = str(_profile(tmp_path, "budgets = true"))
+    assert _dsh("run", profile, "subagent_worker", "Do it.", "--background", *flag) == 2
+    assert capsys.readouterr().err == (
+        "dsh: error: --timeout, --idle-timeout and --json apply to foreground runs only\n"
+    )
+
+
+@pytest.mark.parametrize(("stop_reason", "code"), [("completed", 0), ("max-tokens", 3)])
+def test_json_record_carries_the_result_and_nothing_else_reaches_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stop_reason: str, code: int
+) -> None:
+    diagnostic = None if stop_reason == "completed" else "safe failure line"
+    config = f'stop_reason = "{stop_reason}"' + (
+        f'\ndiagnostic = "{diagnostic}"' if diagnostic else ""
+    )
+    assert _dsh("run", str(_profile(tmp_path, config)), "worker", "Do it.", "--json") == code
+    captured = capsys.readouterr()
+    record = json.loads(captured.out)
+    assert record == {
+        "answer": "the answer",
+        "stop_reason": stop_reason,
+        "diagnostic": diagnostic,
+        "usage": None,  # the scripted product reported none: never guessed
+        "elapsed_seconds": record["elapsed_seconds"],
+    }
+    assert record["elapsed_seconds"] >= 0
+    assert "Partial output" not in captured.err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -256,7 +257,11 @@ async def test_background_run_returns_the_id_before_startup_and_completes_with_a
         assert (await h.call("job_output", job_id="subagent-1")).text == (
             "(no new output)\n[status: running]"
         )
-        assert (await h.call("job_list")).text == f"subagent-1 [subagent] running — {DESCRIPTION}"
+        # Before the run started: elapsed time only (no activity, no token count yet).
+        listed = (await h.call("job_list")).text
+        assert re.fullmatch(rf"subagent-1 \[subagent\] running — {DESCRIPTION} \(\d+s\)", listed), (
+            listed
+        )
         gate.set()
         await until(lambda: len(h.notices) == 1)
         assert h.notices[0][0] is h.parent

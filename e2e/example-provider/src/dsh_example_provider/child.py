@@ -2,12 +2,16 @@
 
 It stands in for a real product the way a loopback model stands in for a real model:
 its behaviour is scripted by one directive line in the task text (the contract kit's
-``dsh-contract/1 <behaviour> <token>``). Without a directive it answers ``done``.
+``dsh-contract/1 <behaviour> <token>``). Without a directive it answers ``done``. When
+the task also contains ``dsh-example/progress`` the child first reports progress the way
+a product does while it works: a piece of text, a tool call and its token usage.
 
 Wire protocol, one JSON object per line: the child writes ``{"type": "ready"}``; the
-provider writes ``{"task": "..."}``; the child answers ``{"type": "final", "text": ...}``
-or ``{"type": "error", "message": ...}`` (raw product text: the provider must never
-copy it anywhere a model can see).
+provider writes ``{"task": "..."}``; the child may report ``{"type": "text", "text": ...}``,
+``{"type": "tool", "name": ..., "command": ...}`` and ``{"type": "usage",
+"input_tokens": ..., "output_tokens": ...}``, then answers ``{"type": "final", "text":
+...}`` or ``{"type": "error", "message": ...}`` (raw product text: the provider must
+never copy it anywhere a model can see).
 """
 
 from __future__ import annotations
@@ -20,9 +24,17 @@ import sys
 from pathlib import Path
 
 _DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]{6,32})")
+_PROGRESS = "dsh-example/progress"
+
+# What the child reports while it "works" on a task that asks for progress.
+PROGRESS_SCRIPT: tuple[dict[str, str | int], ...] = (
+    {"type": "text", "text": "Looking at the workspace."},
+    {"type": "tool", "name": "Bash", "command": "ls -la"},
+    {"type": "usage", "input_tokens": 1200, "output_tokens": 34},
+)
 
 
-def _send(message: dict[str, str]) -> None:
+def _send(message: dict[str, str | int]) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
 
@@ -47,6 +59,9 @@ def main() -> int:
     if not line:
         return 2
     task = str(json.loads(line).get("task", ""))
+    if _PROGRESS in task:
+        for message in PROGRESS_SCRIPT:
+            _send(message)
     match = _DIRECTIVE.search(task)
     if match is None:
         _send({"type": "final", "text": "done"})

@@ -25,8 +25,12 @@ PRODUCT_LOGGERS: Final = ("dsh.product", "dsh_subprocess.stderr")
 
 
 @contextmanager
-def cli_logging(*, verbose: bool, stream: TextIO) -> Iterator[None]:
-    """Route logging to ``stream`` for one command; everything is restored on exit."""
+def cli_logging(*, verbose: bool, stream: TextIO) -> Iterator[logging.StreamHandler[TextIO]]:
+    """Route logging to ``stream`` for one command; everything is restored on exit.
+
+    Yields the handler, so a live display on the same stream can route records above
+    itself while it is up.
+    """
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     handler.setLevel(logging.INFO if verbose else logging.ERROR)
@@ -45,7 +49,7 @@ def cli_logging(*, verbose: bool, stream: TextIO) -> Iterator[None]:
         logger.addHandler(silencer)
     root.addHandler(handler)
     try:
-        yield
+        yield handler
     finally:
         root.removeHandler(handler)
         for logger, silencer in zip(products, silencers, strict=False):

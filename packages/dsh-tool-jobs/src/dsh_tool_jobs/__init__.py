@@ -1,5 +1,6 @@
 """dsh-tool-jobs: the background Job runtime and its model-facing controls."""
 
+from dsh_tool_jobs.activity import ActivityTracker, JobActivity
 from dsh_tool_jobs.background import (
     BACKGROUND_KILL_REASON,
     SUBAGENT_JOB_KIND,
@@ -62,10 +63,12 @@ __all__ = [
     "SERVICE_DISPOSED",
     "SUBAGENT_JOB_KIND",
     "TERMINAL_STATUSES",
+    "ActivityTracker",
     "BackgroundSubagentLauncher",
     "ChangeListener",
     "ControlReply",
     "DoneListener",
+    "JobActivity",
     "JobError",
     "JobErrorCode",
     "JobHooks",

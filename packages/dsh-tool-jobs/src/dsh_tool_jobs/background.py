@@ -3,7 +3,8 @@
 Foreground and background differ only in who waits for the same run. In background
 the tool call registers a Job synchronously and returns its id at once; the run's
 startup, execution, result mapping and disposal all happen in the Job's ``done``,
-awaited in the registry's task group.
+awaited in the registry's task group. The run's progress feeds the Job's activity (safe
+categories only, see :mod:`dsh_tool_jobs.activity`), which ``job_list`` shows.
 
 Cancellation ownership: the run gets a fresh :class:`~dsh_subagent.CancelController`
 owned by the Job, not the tool call's signal, because the tool call ends as soon as the
@@ -29,10 +30,12 @@ from dsh_subagent import (
     ProductStartError,
     SubagentRun,
     SubagentStartRequest,
+    UsageUpdated,
 )
-from dsh_subagent.service import SubagentService
+from dsh_subagent.service import PublishedRun, SubagentService
 
 from dsh_tool_jobs._describe import describe_error
+from dsh_tool_jobs.activity import ActivityTracker
 from dsh_tool_jobs.model import JobHooks, JobOutcome, JobStart
 from dsh_tool_jobs.registry import JobRegistry
 
@@ -113,6 +116,18 @@ async def settle_start(start: Awaitable[SubagentRun], signal: CancelSignal) -> J
     return await settle_run(run)
 
 
+async def _tracked(start: Awaitable[PublishedRun], tracker: ActivityTracker) -> PublishedRun:
+    """The started run, its progress observed by ``tracker`` from publication on."""
+    run = await start
+    progress = run.progress
+    if progress.usage is not None:  # what was reported before the listener was added
+        tracker.observe(UsageUpdated(usage=progress.usage))
+    if progress.last is not None and not isinstance(progress.last, UsageUpdated):
+        tracker.observe(progress.last)
+    progress.add_listener(tracker.observe)
+    return run
+
+
 class BackgroundSubagentLauncher:
     """Starts subagent runs as background Jobs of a :class:`JobRegistry`.
 
@@ -147,13 +162,17 @@ class BackgroundSubagentLauncher:
         def run() -> JobHooks:
             controller = CancelController()
             owned = request.model_copy(update={"cancel": controller.signal})
+            tracker = ActivityTracker()
 
             def cancel(reason: str | None) -> None:
                 controller.cancel(reason or BACKGROUND_KILL_REASON)
 
             return JobHooks(
                 cancel=cancel,
-                done=settle_start(service.start(provider, owned), controller.signal),
+                done=settle_start(
+                    _tracked(service.start(provider, owned), tracker), controller.signal
+                ),
+                activity=tracker.snapshot,
             )
 
         return registry.start(JobStart(kind=SUBAGENT_JOB_KIND, label=label, owner=parent, run=run))

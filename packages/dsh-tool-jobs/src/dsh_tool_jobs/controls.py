@@ -19,6 +19,7 @@ from dsh_subagent import CancelSignal, ParentContext
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from dsh_tool_jobs._describe import describe_error
+from dsh_tool_jobs.activity import JobActivity
 from dsh_tool_jobs.config import JobsToolsConfig
 from dsh_tool_jobs.errors import JobError, JobErrorCode
 from dsh_tool_jobs.model import JobSnapshot, JobStatus
@@ -55,6 +56,8 @@ JOB_OUTPUT_DESCRIPTION: Final = (
 JOB_LIST_DESCRIPTION: Final = (
     "List your background jobs (running and finished) with their ids, kinds, and statuses."
 )
+# Unchanged although background subagents now add elapsed time, tokens and the last
+# activity: the description is part of the model-visible schema snapshot.
 JOB_KILL_DESCRIPTION: Final = (
     "Request cancellation of a running background job by job id. Returns immediately; the "
     "job settles as killed once its work actually stops."
@@ -122,6 +125,8 @@ class PublicJob(BaseModel):
     detail: str | None = None
     started_at: int
     finished_at: int | None = None
+    activity: JobActivity | None = None
+    """Safe progress categories of a background subagent (never product text)."""
 
     @classmethod
     def of(cls, snapshot: JobSnapshot) -> PublicJob:
@@ -134,6 +139,7 @@ class PublicJob(BaseModel):
             detail=snapshot.detail,
             started_at=snapshot.started_at,
             finished_at=snapshot.finished_at,
+            activity=snapshot.activity,
         )
 
     def value(self) -> dict[str, JsonValue]:

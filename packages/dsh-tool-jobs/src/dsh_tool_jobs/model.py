@@ -17,6 +17,8 @@ from typing import Final, Literal
 from dsh_subagent import ParentContext
 from pydantic import BaseModel, ConfigDict
 
+from dsh_tool_jobs.activity import JobActivity
+
 __all__ = [
     "MAX_SAFE_INTEGER",
     "TERMINAL_STATUSES",
@@ -68,11 +70,14 @@ class JobHooks:
         done: Resolves with the outcome once every resource is released. Never raises.
         read_output: Optional consuming read of new output since the previous call; its
             presence makes a *stream* job. Without it the job is a *final-output* job.
+        activity: Optional, synchronous and cheap: the job's progress so far as safe
+            categories (see :class:`~dsh_tool_jobs.JobActivity`); ``job_list`` shows it.
     """
 
     cancel: Callable[[str | None], None]
     done: Awaitable[JobOutcome]
     read_output: Callable[[], str] | None = None
+    activity: Callable[[], JobActivity] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +119,8 @@ class JobSnapshot(BaseModel):
     """Epoch milliseconds; present iff the status is terminal."""
     reported: bool
     """Whether the model already learnt the terminal state (suppresses the notice)."""
+    activity: JobActivity | None = None
+    """The producer's progress summary, for producers that keep one (subagent jobs)."""
 
     @property
     def terminal(self) -> bool:

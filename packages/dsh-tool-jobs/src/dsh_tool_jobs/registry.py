@@ -40,6 +40,7 @@ from anyio.abc import TaskGroup
 from dsh_subagent import CancelSignal, ParentContext
 
 from dsh_tool_jobs._describe import describe_error
+from dsh_tool_jobs.activity import JobActivity
 from dsh_tool_jobs.errors import JobError, JobErrorCode
 from dsh_tool_jobs.model import (
     MAX_SAFE_INTEGER,
@@ -133,7 +134,17 @@ class _Record:
             started_at=self.started_at,
             finished_at=self.finished_at,
             reported=self.reported,
+            activity=self._activity(),
         )
+
+    def _activity(self) -> JobActivity | None:
+        if self.hooks.activity is None:
+            return None
+        try:
+            return self.hooks.activity()
+        except Exception:
+            _log.exception("jobs: activity of %s raised", self.id)
+            return None
 
 
 class JobRegistry:

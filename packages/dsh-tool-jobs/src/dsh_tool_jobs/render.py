@@ -10,6 +10,7 @@ bounded notice keeps the stable ``background job <id>`` prefix and the collectio
 
 from __future__ import annotations
 
+import time
 from typing import Final
 
 from dsh_tool_jobs.model import JobSnapshot
@@ -24,6 +25,7 @@ __all__ = [
     "bound_result",
     "fit_head",
     "fit_tail",
+    "format_duration",
     "notice_text",
     "render_list",
     "render_output",
@@ -120,11 +122,51 @@ def bound_error(message: str, limit: int | None) -> str:
     return fit_head(message, budget - _bytes(marker)) + marker
 
 
-def render_list(jobs: list[JobSnapshot]) -> str:
-    """``job_list`` text: one ``<id> [<kind>] <status> — <label>`` line per job."""
+def format_duration(ms: int) -> str:
+    """A job's elapsed time in whole seconds: ``45s``, ``4m 05s``, ``1h 02m``."""
+    seconds = max(ms, 0) // 1000
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def _progress(job: JobSnapshot, now_ms: int) -> str:
+    """`` (<elapsed>[, <N> tokens][, last: <activity>])`` for a job with an activity."""
+    activity = job.activity
+    if activity is None:
+        return ""
+    end = job.finished_at if job.finished_at is not None else now_ms
+    parts = [format_duration(end - job.started_at)]
+    if activity.tokens is not None:
+        parts.append(f"{activity.tokens:,} tokens")
+    last = activity.describe()
+    if last is not None and not job.terminal:
+        parts.append(f"last: {last}")
+    return f" ({', '.join(parts)})"
+
+
+def render_list(jobs: list[JobSnapshot], now_ms: int | None = None) -> str:
+    """``job_list`` text: one ``<id> [<kind>] <status> — <label>[ (<progress>)]`` line per job.
+
+    A job whose producer keeps an activity (a background subagent) adds its elapsed
+    time, its token count when reported and, while it runs, its last activity as a safe
+    category: `` (2m 05s, 1,234 tokens, last: tool-started command Bash)``. Never
+    product text, command text or paths (see :mod:`dsh_tool_jobs.activity`).
+
+    Args:
+        jobs: The snapshots to list.
+        now_ms: The current time in epoch milliseconds (default: the clock).
+    """
     if not jobs:
         return "(no background jobs)"
-    return "\n".join(f"{job.id} [{job.kind}] {job.status} — {job.label}" for job in jobs)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return "\n".join(
+        f"{job.id} [{job.kind}] {job.status} — {job.label}{_progress(job, now)}" for job in jobs
+    )
 
 
 def notice_text(job: JobSnapshot) -> str:
