@@ -51,9 +51,10 @@ class ProviderContract:
     """The keyless and loader tiers of the contract, for any provider.
 
     Override :meth:`provider_factory` (required), and where needed
-    :meth:`wait_until_holding` (product providers: poll the loopback model fixture for
-    the held request) and :meth:`loader_config`. Set :attr:`entry_point_name` to the
-    provider's name in the ``dsh.subagent.providers`` entry-point group.
+    :meth:`wait_until_holding` with :meth:`describe_hold` (product providers: poll the
+    loopback model fixture for the held request) and :meth:`loader_config`. Set
+    :attr:`entry_point_name` to the provider's name in the ``dsh.subagent.providers``
+    entry-point group.
     """
 
     entry_point_name: ClassVar[str | None] = None

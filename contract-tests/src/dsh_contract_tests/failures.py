@@ -40,6 +40,7 @@ __all__ = [
     "SilentOptOut",
     "bind_rule",
     "current_rule",
+    "render_error",
     "rule_entered",
     "verdict",
 ]
@@ -132,7 +133,8 @@ def _leaves(exc: BaseException) -> Iterator[BaseException]:
         yield exc
 
 
-def _render(exc: BaseException) -> str:
+def render_error(exc: BaseException) -> str:
+    """``Type: message`` of an exception, for a failure's "Observed" line."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -164,7 +166,7 @@ def verdict(requirement: Requirement, exc: BaseException) -> BaseException:
         # A kit check's own message; pytest's rewritten-assert explanation adds nothing.
         observed = str(first).split("\nassert ", 1)[0].strip() or "a check of the kit failed"
         return ContractViolation(requirement, observed + more)
-    return ContractViolation(requirement, _render(first) + more, _trace(first))
+    return ContractViolation(requirement, render_error(first) + more, _trace(first))
 
 
 def bind_rule(requirement: Requirement, func: _F) -> _F:

@@ -25,7 +25,12 @@ from typing import Any
 
 import pytest
 
-from dsh_contract_tests.failures import ContractViolation, RuleEntries, SilentOptOut
+from dsh_contract_tests.failures import (
+    ContractViolation,
+    RuleEntries,
+    SilentOptOut,
+    render_error,
+)
 from dsh_contract_tests.manifest import REQUIREMENTS
 from dsh_contract_tests.plugin import REQUIREMENT_MARKER
 
@@ -85,14 +90,15 @@ def _opt_out(name: str, base: Callable[..., Any], override: Callable[..., Any]) 
     def arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
         return kwargs if accepted is None else {k: v for k, v in kwargs.items() if k in accepted}
 
-    def silent(entered: list[str]) -> SilentOptOut | None:
+    def silent(entered: list[str], raised: BaseException | None = None) -> SilentOptOut | None:
         if req_id in entered:
             return None
+        ended = "" if raised is None else f" (it ended with {render_error(raised)})"
         return SilentOptOut(
             guard,
-            f"{name} is overridden, but the override never ran the kit's rule {req_id}: "
-            f"an opt-out calls super().{name}(...) so that the rule still runs and a strict "
-            "XPASS reports the day the provider meets it",
+            f"{name} is overridden, but the override never ran the kit's rule {req_id}"
+            f"{ended}: an opt-out calls super().{name}(...) so that the rule still runs and "
+            "a strict XPASS reports the day the provider meets it",
         )
 
     if inspect.iscoroutinefunction(base):
@@ -104,8 +110,8 @@ def _opt_out(name: str, base: Callable[..., Any], override: Callable[..., Any]) 
                     result = override(self, **arguments(kwargs))
                     if inspect.isawaitable(result):
                         await result
-                except BaseException:
-                    if (problem := silent(entered)) is not None:
+                except BaseException as exc:
+                    if (problem := silent(entered, exc)) is not None:
                         raise problem from None
                     raise
             if (problem := silent(entered)) is not None:
@@ -119,8 +125,8 @@ def _opt_out(name: str, base: Callable[..., Any], override: Callable[..., Any]) 
             with RuleEntries() as entered:
                 try:
                     override(self, **arguments(kwargs))
-                except BaseException:
-                    if (problem := silent(entered)) is not None:
+                except BaseException as exc:
+                    if (problem := silent(entered, exc)) is not None:
                         raise problem from None
                     raise
             if (problem := silent(entered)) is not None:

@@ -38,7 +38,7 @@ from dsh_subagent import (
 )
 
 from dsh_contract_tests.driver import ServiceDriver, drive
-from dsh_contract_tests.failures import ContractViolation, KitTimeout, current_rule
+from dsh_contract_tests.failures import ContractViolation, KitTimeout, current_rule, render_error
 from dsh_contract_tests.manifest import REQUIREMENTS
 from dsh_contract_tests.processes import ProcessWatch
 from dsh_contract_tests.scenario import (
@@ -58,7 +58,6 @@ __all__ = [
     "OVERLAY_CREDENTIAL_NAME",
     "ContractHarness",
     "describe_ready_file",
-    "render_error",
     "wait_ready_file",
 ]
 
@@ -79,12 +78,6 @@ Probe = Callable[[str], Awaitable[bool]]
 
 def _one_line(text: str) -> str:
     return text.replace("\n", "\\n")
-
-
-def render_error(exc: BaseException) -> str:
-    """``Type: message`` of an exception, for a failure's "Observed" line."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def describe_ready_file(setup: ChildSetup, token: str) -> str:

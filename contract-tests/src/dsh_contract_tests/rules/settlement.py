@@ -21,8 +21,8 @@ from dsh_subagent import (
 )
 
 from dsh_contract_tests.driver import ServiceDriver
-from dsh_contract_tests.failures import KitTimeout
-from dsh_contract_tests.harness import ContractHarness, render_error
+from dsh_contract_tests.failures import KitTimeout, render_error
+from dsh_contract_tests.harness import ContractHarness
 from dsh_contract_tests.manifest import requirement
 from dsh_contract_tests.scenario import Directive
 
