@@ -188,7 +188,6 @@ def bind_rule(requirement: Requirement, func: _F) -> _F:
 
     @functools.wraps(func)
     def rule(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True
         rule_entered(requirement)
         token = _CURRENT.set(requirement)
         try:
