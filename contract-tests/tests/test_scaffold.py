@@ -1,9 +1,10 @@
 """``python -m dsh_contract_tests new NAME DIR`` writes a provider that passes the kit as is.
 
-The CI run does what the kit README tells a newcomer: generate the distribution into an
-empty directory, then run the generated README's "Run the kit" commands there (its own
-wheel, a fresh venv, the dsh wheels the session built from the kit README's commands) and
-the kit; every keyless and loader rule passes, and nothing is installed editable.
+The CI run does what the kit README tells a newcomer, with its own commands: in an empty
+directory, install the kit's wheels (built once per session by the README's commands)
+into a venv and generate the distribution with it, then run the generated README's "Run
+the kit" commands (its own wheel and the dsh wheels in a fresh venv) and the kit; every
+keyless and loader rule passes, and nothing is installed editable.
 """
 
 from __future__ import annotations
@@ -102,16 +103,24 @@ def test_the_generated_code_is_typed_strictly(tmp_path: Path) -> None:
 def test_the_unmodified_scaffold_passes_the_kit_from_wheels_in_a_fresh_venv(
     tmp_path: Path, kit_wheels: Path
 ) -> None:
+    # Steps 2 and 3 of the kit README, in an empty directory: the scaffold from a venv
+    # holding only the kit's wheels, then the generated README's commands.
+    kit = KIT_README.read_text(encoding="utf-8")
+    wheels = {"WHEELS": str(kit_wheels)}
+    made = run_bash(readme_commands(kit, "scaffold"), cwd=tmp_path, env=wheels)
+    assert made.returncode == 0, made.stdout + made.stderr
     root = tmp_path / "acme-agent"
-    done = _new("acme-agent", str(root), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
     commands = readme_commands((root / "README.md").read_text(encoding="utf-8"), "install-and-run")
-    ran = run_bash(commands, cwd=root, env={"WHEELS": str(kit_wheels)})
+    ran = run_bash(commands, cwd=root, env=wheels)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     summary = ran.stdout.strip().splitlines()[-1]
     # Every keyless and loader rule, once (asyncio): passed, none skipped or opted out.
     match = re.fullmatch(r"(\d+) passed in [\d.]+s( \(.*\))?", summary)
     assert match is not None, summary
     assert int(match.group(1)) == 30, summary
-    wheels = {"dsh-subprocess", "dsh-subagent", "dsh-contract-tests", "acme-agent"}
-    assert install_problems(root / ".venv" / "bin" / "python", wheels) == []
+    from_wheels = {"dsh-subprocess", "dsh-subagent", "dsh-contract-tests", "acme-agent"}
+    assert install_problems(root / ".venv" / "bin" / "python", from_wheels) == []
+    assert (
+        install_problems(tmp_path / "kit-venv" / "bin" / "python", from_wheels - {"acme-agent"})
+        == []
+    )

@@ -17,6 +17,7 @@ def test_the_kit_readme_carries_both_marked_blocks() -> None:
     text = KIT_README.read_text(encoding="utf-8")
     assert "uv build" in readme_commands(text, "build-kit-wheels")
     assert "pytest" in readme_commands(text, "install-and-run")
+    assert "dsh_contract_tests new" in readme_commands(text, "scaffold")
 
 
 def test_an_editable_workspace_install_is_reported() -> None:
