@@ -5,15 +5,18 @@
   process group is re-parented here instead of to init and cannot hide from the
   leftover check below.
 * A test that leaves a process it started alive fails, after the process is killed.
+* ``kit_wheels``: the dsh wheels the fresh-venv tests install, built once per session.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from dsh_subprocess.testing import ProcessWatch, become_subreaper
+from fresh_venv import build_kit_wheels
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -42,3 +45,10 @@ def no_leftover_processes() -> Iterator[None]:
     leftover = watch.kill_leftovers()
     if leftover:
         pytest.fail("test left processes behind: " + "; ".join(leftover))
+
+
+@pytest.fixture(scope="session")
+def kit_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Wheels of dsh-subprocess, dsh-subagent and dsh-contract-tests, built as the kit
+    README says, shared by every fresh-venv test of the session."""
+    return build_kit_wheels(tmp_path_factory.mktemp("kit-wheels"))

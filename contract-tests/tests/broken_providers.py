@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 
 from dsh_example_provider import ExampleConfig, ExampleProvider
 from dsh_subagent import (
+    CancelController,
+    Launch,
     ProductChild,
     ResolvedSubagentStartRequest,
     SubagentCapabilities,
@@ -58,6 +61,78 @@ class LeavesGrandchild(ExampleProvider):
         await child.process.wait()
 
 
+class DropsOverlay(ExampleProvider):
+    """Spawns the child without the configured ``env`` overlay."""
+
+    async def spawn(self, spec: SpawnSpec, stderr_observer: StderrObserver) -> ManagedProcess:
+        return await super().spawn(spec.model_copy(update={"env": {}}), stderr_observer)
+
+
+class IgnoresPreStartAbort(ExampleProvider):
+    """Starts a run even when the request's signal was aborted before ``start()``."""
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        if request.cancel.aborted:
+            request = request.model_copy(update={"cancel": CancelController().signal})
+        return await super().start(request)
+
+
+# A child that follows the directives but never signals its hold point (no ready file).
+_SILENT_CHILD = """
+import json, re, sys
+print(json.dumps({"type": "ready"}), flush=True)
+task = json.loads(sys.stdin.readline())["task"]
+found = re.search(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]+)", task)
+behaviour, token = found.groups() if found else ("complete", "done")
+if behaviour == "complete":
+    print(json.dumps({"type": "final", "text": token}), flush=True)
+elif behaviour == "fail":
+    print(json.dumps({"type": "error", "message": "failed"}), flush=True)
+    sys.exit(3)
+else:
+    sys.stdin.read()
+"""
+
+
+class HoldsSilently(ExampleProvider):
+    """Its child holds as asked but never creates the ready file."""
+
+    def launch(self, cwd: str) -> Launch:
+        return Launch(argv=(sys.executable, "-c", _SILENT_CHILD))
+
+
+class _Oversized:
+    """A published run whose failed result carries a diagnostic past the bound."""
+
+    def __init__(self, run: SubagentRun) -> None:
+        self._run = run
+
+    @property
+    def id(self) -> str:
+        return self._run.id
+
+    @property
+    def local_agent(self) -> object | None:
+        return None
+
+    async def result(self) -> SubagentResult:
+        result = await self._run.result()
+        if result.diagnostic is None:
+            return result
+        padded = result.diagnostic + "\n" + "x" * 6000
+        return result.model_copy(update={"diagnostic": padded})
+
+    async def dispose(self) -> None:
+        await self._run.dispose()
+
+
+class UnboundedDiagnostic(ExampleProvider):
+    """Appends 6000 bytes to a failed run's diagnostic, past the 4096-byte bound."""
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        return _Oversized(await super().start(request))
+
+
 class _RaisingRun:
     """A published run whose ``result()`` raises instead of settling ``error``."""
 
@@ -90,10 +165,14 @@ class ResultRaises(ExampleProvider):
 
 
 BROKEN: dict[str, type[ExampleProvider]] = {
+    "DropsOverlay": DropsOverlay,
+    "HoldsSilently": HoldsSilently,
     "IgnoresPersona": IgnoresPersona,
+    "IgnoresPreStartAbort": IgnoresPreStartAbort,
     "LeaksRawError": LeaksRawError,
     "LeavesGrandchild": LeavesGrandchild,
     "ResultRaises": ResultRaises,
+    "UnboundedDiagnostic": UnboundedDiagnostic,
 }
 
 

@@ -102,5 +102,8 @@ class TestAcpContract(ProviderContract):
         while not held():  # noqa: ASYNC110
             await anyio.sleep(0.02)
 
+    def describe_hold(self, setup: ChildSetup, token: str) -> str:
+        return f"the loopback Responses fixture to hold a model request carrying {token}"
+
     def loader_config(self, setup: ChildSetup) -> dict[str, Any]:
         return {"command": "codex-acp", "env": dict(setup.env)}

@@ -70,5 +70,8 @@ class TestClaudeCodeContract(ProviderContract):
         while not held():  # noqa: ASYNC110
             await anyio.sleep(0.02)
 
+    def describe_hold(self, setup: ChildSetup, token: str) -> str:
+        return f"the loopback Messages fixture to hold a model request carrying {token}"
+
     def loader_config(self, setup: ChildSetup) -> dict[str, Any]:
         return {"env": dict(setup.env)}

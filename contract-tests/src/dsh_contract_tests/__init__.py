@@ -11,6 +11,7 @@ from dsh_contract_tests.contract import (
     check_no_silent_opt_out,
 )
 from dsh_contract_tests.driver import LifecycleEvent, ServiceDriver, SpyProvider
+from dsh_contract_tests.failures import ContractViolation, SilentOptOut
 from dsh_contract_tests.manifest import REQUIREMENTS, Requirement, requirement
 from dsh_contract_tests.processes import ProcessWatch
 from dsh_contract_tests.routes import MessagesDirectiveRoute, ResponsesDirectiveRoute
@@ -38,6 +39,7 @@ __all__ = [
     "Behaviour",
     "ChildSetup",
     "ContractHarness",
+    "ContractViolation",
     "CredentialedProviderContract",
     "Directive",
     "LifecycleEvent",
@@ -50,6 +52,7 @@ __all__ = [
     "Requirement",
     "ResponsesDirectiveRoute",
     "ServiceDriver",
+    "SilentOptOut",
     "SpyProvider",
     "check_no_silent_opt_out",
     "find_directive",

@@ -8,7 +8,9 @@ Usage, in the author's own test module::
             return lambda setup: MyProvider(MyProvider.Config(env=dict(setup.env)))
 
 Capabilities are read from the provider's own declaration. A single rule is opted out
-only by overriding its test with ``@pytest.mark.xfail(strict=True, reason=...)``;
+only by overriding its test with ``@pytest.mark.xfail(strict=True, reason=...)`` and
+calling ``super()`` from the override; the kit re-applies the test's own marks to the
+override (see :mod:`dsh_contract_tests.guard`), and
 :meth:`ProviderContract.test_no_silent_opt_out` fails for anything quieter.
 
 The rules themselves live in :mod:`dsh_contract_tests.rules`, one module per requirement
@@ -18,17 +20,23 @@ class body is the index of what a provider must pass.
 
 from __future__ import annotations
 
+import contextvars
+import inspect
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from _pytest.outcomes import OutcomeException
 from dsh_subagent import SubagentProvider
 
 from dsh_contract_tests import rules
-from dsh_contract_tests.guard import check_no_silent_opt_out
-from dsh_contract_tests.harness import ContractHarness, wait_ready_file
-from dsh_contract_tests.manifest import requirement
+from dsh_contract_tests.failures import ContractViolation
+from dsh_contract_tests.guard import bind_overrides, check_no_silent_opt_out
+from dsh_contract_tests.harness import ContractHarness, describe_ready_file, wait_ready_file
+from dsh_contract_tests.manifest import REQUIREMENTS, requirement
+from dsh_contract_tests.plugin import REQUIREMENT_MARKER
 from dsh_contract_tests.scenario import ChildSetup, ProviderFactory
 
 __all__ = [
@@ -43,9 +51,10 @@ class ProviderContract:
     """The keyless and loader tiers of the contract, for any provider.
 
     Override :meth:`provider_factory` (required), and where needed
-    :meth:`wait_until_holding` (product providers: poll the loopback model fixture for
-    the held request) and :meth:`loader_config`. Set :attr:`entry_point_name` to the
-    provider's name in the ``dsh.subagent.providers`` entry-point group.
+    :meth:`wait_until_holding` with :meth:`describe_hold` (product providers: poll the
+    loopback model fixture for the held request) and :meth:`loader_config`. Set
+    :attr:`entry_point_name` to the provider's name in the ``dsh.subagent.providers``
+    entry-point group.
     """
 
     entry_point_name: ClassVar[str | None] = None
@@ -54,14 +63,26 @@ class ProviderContract:
     concurrency: ClassVar[int] = 3
     secret_examples: ClassVar[int] = 4
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        bind_overrides(cls, ProviderContract)
+
     @pytest.fixture
     def provider_factory(self) -> ProviderFactory:
         """The author's factory: :class:`ChildSetup` in, provider instance out."""
         raise NotImplementedError("override the provider_factory fixture in your test class")
 
     async def wait_until_holding(self, setup: ChildSetup, token: str) -> None:
-        """Return once the ``hold`` run with ``token`` is working (default: ready file)."""
+        """Return once the ``hold`` run with ``token`` is working (default: ready file).
+
+        The kit bounds the wait by :attr:`hold_timeout` and gives up early when the run
+        settles first. Override it together with :meth:`describe_hold`.
+        """
         await wait_ready_file(setup, token)
+
+    def describe_hold(self, setup: ChildSetup, token: str) -> str:
+        """What :meth:`wait_until_holding` waits for, in words (for a wait that runs out)."""
+        return describe_ready_file(setup, token)
 
     def loader_config(self, setup: ChildSetup) -> dict[str, Any]:
         """Configuration the loader rule validates with the provider's ``Config``."""
@@ -75,17 +96,24 @@ class ProviderContract:
         monkeypatch: pytest.MonkeyPatch,
     ) -> Iterator[ContractHarness]:
         """The per-test harness."""
-        harness = ContractHarness(
-            factory=provider_factory,
-            root=tmp_path / "contract",
-            monkeypatch=monkeypatch,
-            hold_timeout=self.hold_timeout,
-            settle_timeout=self.settle_timeout,
-            wait_until_holding=self.wait_until_holding,
-        )
-        harness.root.mkdir()
-        yield harness
-        harness.watch.kill_leftovers()
+
+        def harness(root: Path, patch: pytest.MonkeyPatch) -> ContractHarness:
+            built = ContractHarness(
+                factory=provider_factory,
+                root=root,
+                monkeypatch=patch,
+                hold_timeout=self.hold_timeout,
+                settle_timeout=self.settle_timeout,
+                wait_until_holding=self.wait_until_holding,
+                describe_hold=self.describe_hold,
+                probe=lambda rule_id: _probe(self, rule_id, harness, tmp_path),
+            )
+            built.root.mkdir()
+            return built
+
+        made = harness(tmp_path / "contract", monkeypatch)
+        yield made
+        made.watch.kill_leftovers()
 
     # -- guard -------------------------------------------------------------------------
 
@@ -168,6 +196,10 @@ class CredentialedProviderContract:
 
     settle_timeout: ClassVar[float] = 300.0
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        bind_overrides(cls, CredentialedProviderContract)
+
     @pytest.fixture
     def credentialed_factory(self) -> Callable[[str, ChildSetup], SubagentProvider]:
         """The author's factory for a provider configured against DeepSeek."""
@@ -182,3 +214,58 @@ class CredentialedProviderContract:
     test_real_service_returns_unique_answer = (
         rules.credentialed.test_real_service_returns_unique_answer
     )
+
+
+# -- consequences: run another rule's test once per test class ----------------------------
+
+_VERDICTS: weakref.WeakKeyDictionary[type, dict[str, bool]] = weakref.WeakKeyDictionary()
+_IN_PROBE: contextvars.ContextVar[bool] = contextvars.ContextVar("dsh_in_probe", default=False)
+
+
+def _kit_rule(rule_id: str) -> Callable[..., Any] | None:
+    """The kit test of ``rule_id`` if it takes just the harness (a probe can run it)."""
+    for name, func in vars(ProviderContract).items():
+        if not name.startswith("test_") or not inspect.iscoroutinefunction(func):
+            continue
+        marks = getattr(func, "pytestmark", [])
+        if any(m.name == REQUIREMENT_MARKER and m.args[0] == rule_id for m in marks):
+            params = list(inspect.signature(func).parameters)
+            return func if params == ["self", "contract"] else None
+    return None
+
+
+async def _probe(
+    test: ProviderContract,
+    rule_id: str,
+    harness: Callable[[Path, pytest.MonkeyPatch], ContractHarness],
+    tmp_path: Path,
+) -> bool:
+    """Whether the kit test of ``rule_id`` fails for this test class (run once, remembered).
+
+    A probe never starts another probe: a breakage met inside one is not proof.
+    """
+    if _IN_PROBE.get():
+        return False
+    verdicts = _VERDICTS.setdefault(type(test), {})
+    if rule_id in verdicts:
+        return verdicts[rule_id]
+    rule = _kit_rule(rule_id)
+    if rule is None:
+        return False
+    failed = False
+    token = _IN_PROBE.set(True)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            probe = harness(tmp_path / f"probe-{REQUIREMENTS[rule_id].anchor}", patch)
+            try:
+                await rule(test, probe)
+            except ContractViolation as violation:
+                failed = violation.requirement.id == rule_id
+            except (Exception, OutcomeException):
+                failed = False
+            finally:
+                probe.watch.kill_leftovers()
+    finally:
+        _IN_PROBE.reset(token)
+    verdicts[rule_id] = failed
+    return failed

@@ -3,20 +3,29 @@
 One :class:`ContractHarness` is built per kit test (the ``contract`` fixture of
 :class:`~dsh_contract_tests.ProviderContract`). It hands out fresh workspaces and
 :class:`ChildSetup` directories, builds start requests carrying a behaviour directive,
-drives the provider through a fresh service, bounds every wait, and checks that no process
-of the run's tree is left.
+drives the provider through a fresh service, bounds every wait (a wait that runs out says
+what it waited for), and checks that no process of the run's tree is left.
+
+It also decides who a breakage belongs to. A rule's test owns what its rule says; when
+another test runs into the same breakage (a process left after dispose, a ``result()``
+that raises, an env overlay that never reached the child) it calls :meth:`consequence`:
+the owning rule's own scenario is run once per test class, and if it fails too, this
+test ends as ``XFAIL`` "consequence of <id>" instead of a second failure; if it passes,
+this test fails, naming the owning rule and the scenario it was seen in.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
+import psutil
 import pytest
 from dsh_subagent import (
     CancelController,
@@ -29,6 +38,8 @@ from dsh_subagent import (
 )
 
 from dsh_contract_tests.driver import ServiceDriver, drive
+from dsh_contract_tests.failures import ContractViolation, KitTimeout, current_rule, render_error
+from dsh_contract_tests.manifest import REQUIREMENTS
 from dsh_contract_tests.processes import ProcessWatch
 from dsh_contract_tests.scenario import (
     ENV_ERROR_TEXT,
@@ -43,10 +54,45 @@ from dsh_contract_tests.scenario import (
     new_token,
 )
 
-__all__ = ["OVERLAY_CREDENTIAL_NAME", "ContractHarness", "wait_ready_file"]
+__all__ = [
+    "OVERLAY_CREDENTIAL_NAME",
+    "ContractHarness",
+    "describe_ready_file",
+    "wait_ready_file",
+]
 
 OVERLAY_CREDENTIAL_NAME = "CONTRACT_OVERLAY_API_KEY"
 """Credential-shaped variable the kit layers explicitly (must reach the child)."""
+
+_KIT_OVERLAY = (ENV_READY_DIR, ENV_ERROR_TEXT, ENV_STDERR_TEXT, OVERLAY_CREDENTIAL_NAME)
+"""Overlay variables only the kit sets: a run's root process without them never got the
+configured ``env`` (the parent environment has none of them)."""
+
+_EXEC_AGE = 0.1
+"""Seconds after creation before a process's environment is read: by then it has exec'd
+(between fork and exec a child still carries its parent's environment)."""
+
+Probe = Callable[[str], Awaitable[bool]]
+"""Runs the kit test of a requirement id once for this test class: ``True`` if it fails."""
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\n", "\\n")
+
+
+def describe_ready_file(setup: ChildSetup, token: str) -> str:
+    """What the default hold wait waits for, in words."""
+    return (
+        f"the ready file {setup.ready_path(token)}, which the child creates in the directory "
+        f"{ENV_READY_DIR} names when it reaches its hold point"
+    )
+
+
+async def wait_ready_file(setup: ChildSetup, token: str) -> None:
+    """Return once the child wrote the ready file of ``token`` (the default hold signal)."""
+    path = setup.ready_path(token)
+    while not path.exists():  # noqa: ASYNC110 - the child signals through the file system
+        await anyio.sleep(0.01)
 
 
 @dataclass
@@ -61,6 +107,10 @@ class ContractHarness:
         settle_timeout: Seconds any single start, result or dispose may take.
         wait_until_holding: How the kit learns a hold run is working (see
             :meth:`ProviderContract.wait_until_holding`).
+        describe_hold: What ``wait_until_holding`` waits for, in words (the message of a
+            hold wait that runs out).
+        probe: Runs another rule's kit test for :meth:`consequence`; ``None`` when the
+            harness cannot (then every breakage fails the test it is seen in).
     """
 
     factory: ProviderFactory
@@ -69,6 +119,8 @@ class ContractHarness:
     hold_timeout: float
     settle_timeout: float
     wait_until_holding: Callable[[ChildSetup, str], Awaitable[None]]
+    describe_hold: Callable[[ChildSetup, str], str] = describe_ready_file
+    probe: Probe | None = None
     watch: ProcessWatch = field(default_factory=ProcessWatch)
     _count: int = 0
 
@@ -149,29 +201,169 @@ class ContractHarness:
         async with drive(provider) as driver:
             yield driver
 
+    async def start(self, svc: ServiceDriver, request: SubagentStartRequest) -> SubagentRun:
+        """``svc.start(request)`` bounded by the settle timeout."""
+        with anyio.move_on_after(self.settle_timeout):
+            return await svc.start(request)
+        raise KitTimeout(f"start() did not return within {self.settle_timeout:g} s")
+
     async def result(self, run: SubagentRun) -> SubagentResult:
-        """``run.result()`` bounded by the settle timeout."""
-        with anyio.fail_after(self.settle_timeout):
-            return await run.result()
+        """``run.result()`` bounded by the settle timeout; a raise is the
+        ``settlement:result-never-raises`` rule's breakage."""
+        raised: Exception | None = None
+        with anyio.move_on_after(self.settle_timeout):
+            try:
+                return await run.result()
+            except Exception as exc:
+                raised = exc
+        if raised is None:
+            raise KitTimeout(
+                f"result() did not return within {self.settle_timeout:g} s: the run never settled"
+            )
+        await self.consequence(
+            "settlement:result-never-raises", f"result() raised {render_error(raised)}"
+        )
 
     async def dispose(self, run: SubagentRun) -> None:
-        """``run.dispose()`` bounded by the settle timeout."""
-        with anyio.fail_after(self.settle_timeout):
-            await run.dispose()
+        """``run.dispose()`` bounded by the settle timeout; a raise is the
+        ``quiescence:dispose-idempotent`` rule's breakage."""
+        raised: Exception | None = None
+        with anyio.move_on_after(self.settle_timeout):
+            try:
+                await run.dispose()
+                return
+            except Exception as exc:
+                raised = exc
+        if raised is None:
+            raise KitTimeout(f"dispose() did not return within {self.settle_timeout:g} s")
+        await self.consequence(
+            "quiescence:dispose-idempotent", f"dispose() raised {render_error(raised)}"
+        )
 
-    async def holding(self, setup: ChildSetup, directive: Directive) -> None:
-        """Wait until the hold run reached its hold point."""
-        with anyio.fail_after(self.hold_timeout):
-            await self.wait_until_holding(setup, directive.token)
+    async def holding(
+        self, setup: ChildSetup, directive: Directive, run: SubagentRun | None = None
+    ) -> None:
+        """Wait until the hold run reached its hold point, at most ``hold_timeout``.
 
-    def assert_quiescent(self, when: str) -> None:
-        """Fail (after killing them) if any process of the run's tree is alive."""
+        Gives up early, saying why, when ``run`` settles first or when the run's child
+        process lacks the kit's overlay variables (the provider dropped its ``env``).
+        """
+        what = self.describe_hold(setup, directive.token)
+        outcome: dict[str, Any] = {}
+        with anyio.move_on_after(self.hold_timeout):
+            async with anyio.create_task_group() as group:
+
+                async def reached() -> None:
+                    await self.wait_until_holding(setup, directive.token)
+                    outcome.setdefault("reached", True)
+                    group.cancel_scope.cancel()
+
+                async def settled(run: SubagentRun) -> None:
+                    try:
+                        outcome.setdefault("settled", await run.result())
+                    except Exception as exc:
+                        outcome.setdefault("raised", exc)
+                    group.cancel_scope.cancel()
+
+                async def overlay() -> None:
+                    outcome.setdefault("missing", await self._overlay_missing())
+                    group.cancel_scope.cancel()
+
+                group.start_soon(reached)
+                group.start_soon(overlay)
+                if run is not None:
+                    group.start_soon(settled, run)
+        if "reached" in outcome:
+            return
+        if "missing" in outcome:
+            await self.consequence(
+                "env:overlay-reaches-child",
+                f"{outcome['missing']}: the configured env overlay never reached it (the kit "
+                f"was waiting for {what})",
+            )
+        if "raised" in outcome:
+            await self.consequence(
+                "settlement:result-never-raises",
+                f"result() raised {render_error(outcome['raised'])} while the kit waited for "
+                f"the hold point",
+            )
+        if "settled" in outcome:
+            result: SubagentResult = outcome["settled"]
+            first = (result.diagnostic or "no diagnostic").split("\n", 1)[0]
+            raise AssertionError(
+                f"the hold run settled {result.stop_reason} ({first}) before it reached its "
+                f"hold point; the kit was waiting for {what}. A child told `hold` must keep "
+                "working until it is cancelled (the kit README, 'The child protocol')"
+            )
+        raise KitTimeout(
+            f"waited {self.hold_timeout:g} s for the hold run to reach its hold point: {what}"
+        )
+
+    async def _overlay_missing(self) -> str:
+        """Return once a root process of the run lacks the kit's overlay variables."""
+        checked: set[tuple[int, float]] = set()
+        while True:
+            for proc in self.watch.product_roots():
+                try:
+                    key = (proc.pid, proc.create_time())
+                    if key in checked or time.time() - key[1] < _EXEC_AGE:
+                        continue
+                    environ = proc.environ()
+                    argv = _one_line(" ".join(proc.cmdline()[:4]))
+                except psutil.Error:
+                    continue
+                checked.add(key)
+                missing = [name for name in _KIT_OVERLAY if name not in environ]
+                if missing:
+                    return (
+                        f"the run's child process {proc.pid} ({argv}) has no "
+                        f"{', '.join(missing)} in its environment"
+                    )
+            await anyio.sleep(0.05)
+
+    def seen_processes(self) -> str:
+        """Every process of the run's tree seen so far, ``pid (name) argv``, for a message."""
+        return "; ".join(_one_line(str(seen)) for seen in self.watch.seen) or "none"
+
+    async def check_quiescent(self, when: str) -> None:
+        """Kill and report any process of the run's tree still alive ``when``.
+
+        A leftover is the ``quiescence:after-dispose`` rule's breakage; in another
+        quiescence rule's test, that rule's own unless plain disposal leaks too.
+        """
         leftover = self.watch.kill_leftovers()
-        assert not leftover, f"processes of the run's tree alive {when}: {'; '.join(leftover)}"
+        if not leftover:
+            return
+        listed = "; ".join(_one_line(entry) for entry in leftover)
+        if len(leftover) == 1:
+            observed = (
+                f"1 process of the run's tree is still alive {when}: {listed} "
+                "(pid (name) argv); the kit killed it"
+            )
+        else:
+            observed = (
+                f"{len(leftover)} processes of the run's tree are still alive {when}: {listed} "
+                "(pid (name) argv each); the kit killed them"
+            )
+        current = current_rule()
+        own = current.id if current is not None and current.id.startswith("quiescence:") else None
+        await self.consequence("quiescence:after-dispose", observed, blame=own)
 
+    async def consequence(
+        self, rule_id: str, observed: str, *, blame: str | None = None
+    ) -> NoReturn:
+        """End this test for a breakage the rule ``rule_id`` owns.
 
-async def wait_ready_file(setup: ChildSetup, token: str) -> None:
-    """Return once the child wrote the ready file of ``token`` (the default hold signal)."""
-    path = setup.ready_path(token)
-    while not path.exists():  # noqa: ASYNC110 - the child signals through the file system
-        await anyio.sleep(0.01)
+        In that rule's own test: fail it. Elsewhere: if that rule's own scenario fails too
+        (run once per test class), ``XFAIL`` as its consequence; otherwise fail, naming
+        ``blame`` (default ``rule_id``) and the scenario the breakage was seen in.
+        """
+        owner = REQUIREMENTS[rule_id]
+        current = current_rule()
+        if current is None or current.id == rule_id:
+            raise ContractViolation(owner, observed)
+        if self.probe is not None and await self.probe(rule_id):
+            pytest.xfail(f"consequence of {rule_id} (its own test fails): {observed}")
+        if blame is not None:
+            raise ContractViolation(REQUIREMENTS[blame], observed)
+        raise ContractViolation(owner, f"{observed} (seen while checking {current.id})")

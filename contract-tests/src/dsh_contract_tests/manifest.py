@@ -18,6 +18,7 @@ from typing import Final, Literal, TypeVar
 
 import pytest
 
+from dsh_contract_tests.failures import bind_rule
 from dsh_contract_tests.plugin import REQUIREMENT_MARKER
 
 __all__ = ["REQUIREMENTS", "RULES_PAGE", "Requirement", "requirement"]
@@ -170,8 +171,8 @@ _ALL: Final = (
     ),
     Requirement(
         "kit:no-silent-opt-out",
-        "Every kit test is present on the provider's test class; overriding one is allowed only "
-        "with xfail(strict=True, reason=...).",
+        "Every kit test is present on the provider's test class; an override carries "
+        "xfail(strict=True, reason=...) and still runs the kit's rule through super().",
     ),
 )
 
@@ -182,13 +183,16 @@ REQUIREMENTS: Final[Mapping[str, Requirement]] = {req.id: req for req in _ALL}
 def requirement(req_id: str) -> Callable[[_F], _F]:
     """Tie a kit test to its manifest id (and to the id's tier marker).
 
+    The test is wrapped so that however it fails, the failure starts with the id and the
+    rule sentence (:class:`~dsh_contract_tests.ContractViolation`).
+
     Raises:
         KeyError: ``req_id`` is not in :data:`REQUIREMENTS` (caught at import time).
     """
     req = REQUIREMENTS[req_id]
 
     def mark(func: _F) -> _F:
-        marked = getattr(pytest.mark, REQUIREMENT_MARKER)(req.id)(func)
+        marked = getattr(pytest.mark, REQUIREMENT_MARKER)(req.id)(bind_rule(req, func))
         return getattr(pytest.mark, req.tier)(marked)  # type: ignore[no-any-return]
 
     return mark

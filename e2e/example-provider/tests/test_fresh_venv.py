@@ -1,46 +1,30 @@
-"""The README's "Run the kit against your provider" commands really work, offline.
+"""The README's "Run the kit against your provider" commands really work, from wheels.
 
-This runs the very script CI runs: workspace wheels of the dsh libraries, a fresh venv,
-``uv pip install ./contract-tests ./e2e/example-provider`` and one pytest command that
-must run the whole kit green outside the workspace.
+This runs the very script CI runs: wheels of the dsh libraries, the kit and the example
+provider (the dsh ones shared with the scaffold's fresh-venv test), a fresh venv holding
+only those wheels and their PyPI dependencies, and one pytest command that must run the
+whole kit green outside the workspace. Nothing may be installed editable.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[3]
-_SCRIPT = _ROOT / "e2e" / "example-provider" / "scripts" / "run-kit-in-fresh-venv"
-_README = _ROOT / "e2e" / "example-provider" / "README.md"
+from fresh_venv import ROOT, install_problems, run_bash
+
+_SCRIPT = ROOT / "e2e" / "example-provider" / "scripts" / "run-kit-in-fresh-venv"
+_README = ROOT / "e2e" / "example-provider" / "README.md"
+_FROM_WHEELS = {"dsh-subprocess", "dsh-subagent", "dsh-contract-tests", "dsh-example-provider"}
 
 
-def _uv() -> str:
-    found = shutil.which("uv") or str(_ROOT / ".tools" / "bin" / "uv")
-    assert Path(found).exists(), "uv is needed to build the fresh venv (./dev installs it)"
-    return found
-
-
-def test_kit_runs_green_in_a_fresh_venv(tmp_path: Path) -> None:
-    env = {**os.environ, "UV": _uv(), "PYTHON": sys.executable}
-    env.pop("VIRTUAL_ENV", None)
-    done = subprocess.run(
-        [str(_SCRIPT), str(tmp_path / "kit")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+def test_kit_runs_green_in_a_fresh_venv_from_wheels(tmp_path: Path, kit_wheels: Path) -> None:
+    work = tmp_path / "kit"
+    done = run_bash(f'"{_SCRIPT}" "{work}"', cwd=ROOT, env={"WHEELS": str(kit_wheels)})
     assert done.returncode == 0, done.stdout + done.stderr
     summary = done.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"\d+ passed in [\d.]+s( \(.*\))?", summary), summary
-    installed = tmp_path / "kit" / "venv" / "lib"
-    assert list(installed.glob("python3*/site-packages/dsh_contract_tests/plugin.py"))
+    assert install_problems(work / "venv" / "bin" / "python", _FROM_WHEELS) == []
 
 
 def test_readme_shows_exactly_the_script_ci_runs() -> None:

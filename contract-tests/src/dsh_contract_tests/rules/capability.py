@@ -48,14 +48,27 @@ async def test_unsupported_capability_refused_before_start(
     field_name, value = _GATED_FIELDS[flag]
     request, _, _ = contract.request("complete", cwd=contract.workspace(), **{field_name: value})
     async with contract.service(provider) as svc:
-        with pytest.raises(SubagentError) as caught:
-            await svc.start(request)
-        assert caught.value.code == SubagentErrorCode.UNSUPPORTED_CAPABILITY
-        assert flag in caught.value.message or field_name in caught.value.message
+        try:
+            run = await contract.start(svc, request)
+        except SubagentError as exc:
+            error: SubagentError = exc
+        else:
+            await contract.dispose(run)
+            raise AssertionError(
+                f"a request with {field_name} set started a run although the provider does not "
+                f"declare {flag!r}"
+            )
+        assert error.code == SubagentErrorCode.UNSUPPORTED_CAPABILITY, (
+            f"the refusal's code is {error.code}, not UNSUPPORTED_CAPABILITY"
+        )
+        assert flag in error.message or field_name in error.message, (
+            f"the refusal does not name {flag!r} or {field_name!r}: {error.message!r}"
+        )
         assert svc.spy.start_calls == 0, "provider.start() ran for a refused request"
-        assert svc.events == [], "a refused request emitted lifecycle events"
-    assert contract.watch.ever_seen == 0
-    assert not contract.watch.alive()
+        assert svc.events == [], f"a refused request emitted lifecycle events: {svc.events}"
+    assert contract.watch.ever_seen == 0, (
+        f"a refused request started processes: {contract.seen_processes()}"
+    )
 
 
 @requirement("capability:out-of-process-declares-none")
@@ -68,15 +81,18 @@ async def test_out_of_process_declares_no_capability(
     provider = contract.provider(setup)
     request, _, _ = contract.request("complete", cwd=contract.workspace())
     async with contract.service(provider) as svc:
-        run = await svc.start(request)
+        run = await contract.start(svc, request)
         try:
             await contract.result(run)
         finally:
             await contract.dispose(run)
+    await contract.check_quiescent("after dispose")
     if run.local_agent is not None:
         pytest.skip("in-process provider: its runs have a local agent")
     assert provider.capabilities == NO_START_CAPABILITIES, (
-        f"out-of-process provider declares {provider.capabilities}; a child in another "
-        "process cannot honour parent-enforced start features"
+        f"the provider's runs have no local agent, yet it declares {provider.capabilities}; a "
+        "child in another process cannot honour parent-enforced start features"
     )
-    assert provider.inherits_parent_context is False
+    assert provider.inherits_parent_context is False, (
+        "the provider's runs have no local agent, yet inherits_parent_context is True"
+    )

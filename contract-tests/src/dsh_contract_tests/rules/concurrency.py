@@ -32,10 +32,10 @@ async def test_parallel_runs_settle_independently(
     async with contract.service(provider) as svc:
 
         async def one(request: SubagentStartRequest, token: str) -> None:
-            run = await svc.start(request)
+            run = await contract.start(svc, request)
             try:
                 if token == held_directive.token:
-                    await contract.holding(setup, held_directive)
+                    await contract.holding(setup, held_directive, run)
                     held_cancel.cancel()
                 results[token] = await contract.result(run)
             finally:
@@ -45,9 +45,15 @@ async def test_parallel_runs_settle_independently(
             tg.start_soon(one, held, held_directive.token)
             for request, directive, _ in others:
                 tg.start_soon(one, request, directive.token)
-    assert results[held_directive.token].stop_reason == ABORTED
+    held_result = results[held_directive.token]
+    assert held_result.stop_reason == ABORTED, (
+        f"the cancelled one of {n} parallel runs settled {held_result.stop_reason}, not {ABORTED}"
+    )
     for _, directive, _ in others:
         got = results[directive.token]
-        assert got.stop_reason == COMPLETED, got
-        assert got.text.strip() == directive.token
-    contract.assert_quiescent("after every parallel run was disposed")
+        if got.stop_reason != COMPLETED or got.text.strip() != directive.token:
+            raise AssertionError(
+                f"a parallel `complete` run settled {got.stop_reason} with "
+                f"{got.text.strip()[:200]!r}, not {COMPLETED} with its token {directive.token!r}"
+            )
+    await contract.check_quiescent("after every parallel run was disposed")

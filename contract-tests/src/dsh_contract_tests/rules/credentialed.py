@@ -50,11 +50,16 @@ async def test_real_service_returns_unique_answer(
         parent=ParentContext(session_id="contract-credentialed", cwd=str(harness.workspace())),
     )
     async with harness.service(provider) as svc:
-        run = await svc.start(request)
+        run = await harness.start(svc, request)
         try:
             result = await harness.result(run)
         finally:
             await harness.dispose(run)
-    assert result.stop_reason == COMPLETED, result
-    assert result.text.strip() == nonce
-    harness.assert_quiescent("after dispose")
+    assert result.stop_reason == COMPLETED, (
+        f"the run settled {result.stop_reason} ({(result.diagnostic or '').split(chr(10))[0]}), "
+        f"not {COMPLETED}"
+    )
+    assert result.text.strip() == nonce, (
+        f"the answer is {result.text.strip()[:200]!r}, not exactly the nonce {nonce!r}"
+    )
+    await harness.check_quiescent("after dispose")

@@ -30,14 +30,21 @@ async def _root_cwds(contract: ContractHarness, setup: ChildSetup, cwd: Path) ->
     provider = contract.provider(setup)
     request, directive, _ = contract.request("hold", cwd=cwd)
     async with contract.service(provider) as svc:
-        run = await svc.start(request)
+        run = await contract.start(svc, request)
         try:
-            await contract.holding(setup, directive)
+            await contract.holding(setup, directive, run)
             roots = contract.watch.roots()
         finally:
             await contract.dispose(run)
-    assert roots, "no child process of the run was observed"
-    return {r.cwd for r in roots if r.cwd is not None}
+    await contract.check_quiescent("after dispose")
+    assert roots, "no child process of the run was observed while it was holding"
+    cwds = {r.cwd for r in roots if r.cwd is not None}
+    assert cwds, "the working directory of the run's child process could not be read"
+    if str(await anyio.Path(decoy).resolve()) in cwds:
+        raise AssertionError(
+            f"the child process runs in the host process cwd {decoy}, not the cwd it was given"
+        )
+    return cwds
 
 
 @requirement("cwd:parent-session")
@@ -48,8 +55,10 @@ async def test_child_runs_in_parent_session_cwd(
     """The child's working directory is the parent session's, not the host's."""
     workspace = contract.workspace()
     cwds = await _root_cwds(contract, contract.setup(), workspace)
-    assert cwds == {str(await anyio.Path(workspace).resolve())}
-    contract.assert_quiescent("after dispose")
+    expected = str(await anyio.Path(workspace).resolve())
+    assert cwds == {expected}, (
+        f"the child process runs in {sorted(cwds)}, not in the parent session cwd {expected}"
+    )
 
 
 @requirement("cwd:override-wins")
@@ -61,16 +70,29 @@ async def test_configured_cwd_override_wins(
     setup = contract.setup(cwd_override=str(contract.workspace("override")))
     provider_cls = type(contract.provider(contract.setup()))
     config_cls = getattr(provider_cls, "Config", None)
-    assert config_cls is not None, "a provider plugin carries its pydantic Config class"
+    assert config_cls is not None, (
+        f"{provider_cls.__name__} has no Config class attribute (its pydantic configuration)"
+    )
     if "cwd" not in config_cls.model_fields:
         # No override: the key must be refused at load, never accepted and ignored.
-        with pytest.raises(ValueError, match="cwd"):
+        try:
             config_cls.model_validate({**self.loader_config(setup), "cwd": "/"})
-        return
+        except ValueError as exc:
+            if "cwd" not in str(exc):
+                raise AssertionError(
+                    f"the refusal of the cwd key does not name it: {exc}"
+                ) from None
+            return
+        raise AssertionError(
+            f"{config_cls.__name__} has no cwd field, yet accepts a cwd key instead of refusing it"
+        )
     assert setup.cwd_override is not None
     cwds = await _root_cwds(contract, setup, contract.workspace())
-    assert cwds == {str(await anyio.Path(setup.cwd_override).resolve())}
-    contract.assert_quiescent("after dispose")
+    expected = str(await anyio.Path(setup.cwd_override).resolve())
+    assert cwds == {expected}, (
+        f"the child process runs in {sorted(cwds)}, not in the configured cwd {expected} "
+        "(the parent session cwd was another directory)"
+    )
 
 
 @requirement("cwd:missing-is-loud")
@@ -81,11 +103,19 @@ async def test_missing_cwd_fails_loudly(self: ProviderContract, contract: Contra
     provider = contract.provider(contract.setup())
     request, _, _ = contract.request("complete", cwd=None)
     async with contract.service(provider) as svc:
-        with pytest.raises(SubagentError) as caught:
-            await svc.start(request)
-        assert svc.events == []
-    assert caught.value.code == SubagentErrorCode.NO_WORKING_DIRECTORY or (
-        "no working directory" in caught.value.message
+        try:
+            run = await contract.start(svc, request)
+        except SubagentError as exc:
+            error: SubagentError = exc
+        else:
+            await contract.dispose(run)
+            raise AssertionError(
+                "start() returned a run for a request with no parent cwd and no configured cwd"
+            )
+        assert svc.events == [], f"the refused start emitted lifecycle events: {svc.events}"
+    assert error.code == SubagentErrorCode.NO_WORKING_DIRECTORY or (
+        "no working directory" in error.message
+    ), f"start() raised {error.code}: {error.message!r}, not NO_WORKING_DIRECTORY"
+    assert contract.watch.ever_seen == 0, (
+        f"processes were started before the refusal: {contract.seen_processes()}"
     )
-    assert contract.watch.ever_seen == 0
-    assert not contract.watch.alive()

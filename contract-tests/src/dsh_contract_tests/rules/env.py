@@ -26,22 +26,23 @@ PLANTED_CREDENTIAL_NAME = "CONTRACT_PLANTED_API_KEY"
 
 async def _root_envs(
     contract: ContractHarness, setup: ChildSetup
-) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """The environments of the run's root processes, and of every process of its tree."""
+) -> tuple[list[tuple[str, dict[str, str]]], list[tuple[str, dict[str, str]]]]:
+    """``(process, environment)`` of the run's root processes, and of every process of its
+    tree, read while the run holds."""
     provider = contract.provider(setup)
     request, directive, _ = contract.request("hold", cwd=contract.workspace())
     async with contract.service(provider) as svc:
-        run = await svc.start(request)
+        run = await contract.start(svc, request)
         try:
-            await contract.holding(setup, directive)
+            await contract.holding(setup, directive, run)
             facts = contract.watch.facts()
             roots = contract.watch.roots()
         finally:
             await contract.dispose(run)
-    contract.assert_quiescent("after dispose")
-    root_envs = [r.environ for r in roots if r.environ is not None]
-    assert root_envs, "no readable environment of a child process of the run"
-    return root_envs, [f.environ for f in facts if f.environ is not None]
+    await contract.check_quiescent("after dispose")
+    root_envs = [(f"{r.pid} ({r.name})", r.environ) for r in roots if r.environ is not None]
+    assert root_envs, "the environment of the run's child process could not be read"
+    return root_envs, [(f"{f.pid} ({f.name})", f.environ) for f in facts if f.environ is not None]
 
 
 @requirement("env:credential-scrubbed")
@@ -53,9 +54,16 @@ async def test_parent_credential_does_not_reach_child(
     planted = "planted-" + uuid.uuid4().hex
     contract.monkeypatch.setenv(PLANTED_CREDENTIAL_NAME, planted)
     _, envs = await _root_envs(contract, contract.setup())
-    for env in envs:
-        assert PLANTED_CREDENTIAL_NAME not in env
-        assert planted not in env.values()
+    for process, env in envs:
+        assert PLANTED_CREDENTIAL_NAME not in env, (
+            f"process {process} of the run's tree has the parent's {PLANTED_CREDENTIAL_NAME} "
+            "in its environment"
+        )
+        leaked = sorted(name for name, value in env.items() if value == planted)
+        assert not leaked, (
+            f"process {process} of the run's tree carries the parent's planted credential "
+            f"value under {', '.join(leaked)}"
+        )
 
 
 @requirement("env:overlay-reaches-child")
@@ -66,5 +74,13 @@ async def test_explicit_overlay_reaches_child(
     """A credential layered explicitly through the provider's env reaches the child."""
     setup = contract.setup()
     roots, _ = await _root_envs(contract, setup)
-    for env in roots:
-        assert env.get(OVERLAY_CREDENTIAL_NAME) == setup.env[OVERLAY_CREDENTIAL_NAME]
+    for process, env in roots:
+        assert env.get(OVERLAY_CREDENTIAL_NAME) == setup.env[OVERLAY_CREDENTIAL_NAME], (
+            f"the run's child process {process} "
+            + (
+                f"has no {OVERLAY_CREDENTIAL_NAME} in its environment"
+                if OVERLAY_CREDENTIAL_NAME not in env
+                else f"has another value of {OVERLAY_CREDENTIAL_NAME} than the configured one"
+            )
+            + " (it was layered through the provider's env configuration)"
+        )

@@ -28,21 +28,43 @@ async def test_lifecycle_events_are_paired(
     results: list[SubagentResult] = []
     async with contract.service(provider) as svc:
         for request in (ok, bad):
-            run = await svc.start(request)
+            run = await contract.start(svc, request)
             try:
                 results.append(await contract.result(run))
             finally:
                 await contract.dispose(run)
-        with pytest.raises(SubagentError):
-            await svc.start(contract.request("complete", cwd=None)[0])
+        refused = contract.request("complete", cwd=None)[0]
+        try:
+            run = await contract.start(svc, refused)
+        except SubagentError:
+            pass
+        else:
+            await contract.dispose(run)
+            await contract.consequence(
+                "cwd:missing-is-loud",
+                "start() returned a run for a request with no parent cwd and no configured cwd",
+            )
         events = list(svc.events)
+    await contract.check_quiescent("after dispose")
     starts = [e for e in events if e.kind == "start"]
     ends = [e for e in events if e.kind == "end"]
-    assert len(starts) == 2, events
-    assert len(ends) == 2, events
-    assert len({e.run_id for e in starts}) == 2
+    if (len(starts), len(ends)) != (2, 2):
+        raise AssertionError(
+            f"two published runs and one refused start emitted {len(starts)} subagent/start "
+            f"and {len(ends)} subagent/end events: {events}"
+        )
+    assert len({e.run_id for e in starts}) == 2, f"two runs share one run id: {starts}"
     for start in starts:
-        (end,) = [e for e in ends if e.run_id == start.run_id]
-        assert events.index(start) < events.index(end)
-        assert (end.id, end.provider) == (start.id, start.provider)
-    assert [e.stop_reason for e in ends] == [r.stop_reason for r in results]
+        paired = [e for e in ends if e.run_id == start.run_id]
+        assert len(paired) == 1, f"run {start.run_id} has {len(paired)} subagent/end events"
+        (end,) = paired
+        assert events.index(start) < events.index(end), (
+            f"run {start.run_id}'s subagent/end came before its subagent/start"
+        )
+        assert (end.id, end.provider) == (start.id, start.provider), (
+            f"run {start.run_id}'s start and end name different runs: {start} / {end}"
+        )
+    assert [e.stop_reason for e in ends] == [r.stop_reason for r in results], (
+        f"the end events' stop reasons {[e.stop_reason for e in ends]} are not the results' "
+        f"{[r.stop_reason for r in results]}"
+    )

@@ -1,0 +1,200 @@
+"""How a kit failure reads: the rule's id and sentence first, then what was observed.
+
+Every kit test is bound to its requirement by :func:`bind_rule` (through
+:func:`~dsh_contract_tests.requirement`). Whatever ends a rule early — a failed check, a
+wait that ran out, an exception the provider raised — leaves the test as one
+:class:`ContractViolation` whose message is::
+
+    <id> — <the rule sentence>
+    Observed: <what the kit saw>
+    Rule: docs/rules.md#<anchor>
+
+A breakage that one rule owns is reported by that rule's test alone: another test that
+runs into it calls :meth:`~dsh_contract_tests.ContractHarness.consequence`, which ends
+that test as an expected failure (``XFAIL``) naming the owning rule once that rule's own
+scenario is seen to fail too (see :mod:`dsh_contract_tests.harness`).
+
+An opted-out test (``xfail(strict=True, ...)``) expects exactly a
+:class:`ContractViolation`; :class:`SilentOptOut` is what the kit raises when the test
+class itself breaks ``kit:no-silent-opt-out``, and no opt-out can expect it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import traceback
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from _pytest.outcomes import Failed, OutcomeException, XFailed
+
+if TYPE_CHECKING:
+    from dsh_contract_tests.manifest import Requirement
+
+__all__ = [
+    "ContractViolation",
+    "KitTimeout",
+    "RuleEntries",
+    "SilentOptOut",
+    "bind_rule",
+    "current_rule",
+    "render_error",
+    "rule_entered",
+    "verdict",
+]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_TRACE_LINES: Final = 40
+"""Lines of an unexpected exception's traceback kept under a failure message."""
+
+_CURRENT: contextvars.ContextVar[Requirement | None] = contextvars.ContextVar(
+    "dsh_contract_rule", default=None
+)
+_ENTRIES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "dsh_contract_rule_entries", default=None
+)
+
+
+def _message(requirement: Requirement, observed: str, detail: str | None) -> str:
+    text = f"{requirement.id} — {requirement.rule}\nObserved: {observed}\nRule: {requirement.doc}"
+    return f"{text}\n\n{detail}" if detail else text
+
+
+class ContractViolation(Failed):
+    """A provider broke the rule :attr:`requirement`; the test fails with that rule's name.
+
+    Attributes:
+        requirement: The rule that was broken (usually the test's own).
+        observed: What the kit saw, in one or a few sentences.
+    """
+
+    def __init__(self, requirement: Requirement, observed: str, detail: str | None = None) -> None:
+        self.requirement = requirement
+        self.observed = observed
+        super().__init__(_message(requirement, observed, detail), pytrace=False)
+
+
+class SilentOptOut(Failed):
+    """The test class broke ``kit:no-silent-opt-out``: never expected by an opt-out."""
+
+    def __init__(self, requirement: Requirement, observed: str) -> None:
+        self.requirement = requirement
+        self.observed = observed
+        super().__init__(_message(requirement, observed, None), pytrace=False)
+
+
+ContractViolation.__module__ = "dsh_contract_tests"
+SilentOptOut.__module__ = "dsh_contract_tests"
+
+
+class KitTimeout(Exception):
+    """A bounded wait of the kit ran out; the message says what it waited for."""
+
+
+def current_rule() -> Requirement | None:
+    """The requirement whose kit test is running in this context, if any."""
+    return _CURRENT.get()
+
+
+def rule_entered(requirement: Requirement) -> None:
+    """Record that the kit's own rule ran (what an opted-out override must do)."""
+    entries = _ENTRIES.get()
+    if entries is not None:
+        entries.append(requirement.id)
+
+
+class RuleEntries:
+    """Collect the ids of the kit rules entered in this context (nesting-safe)."""
+
+    def __init__(self) -> None:
+        self.entered: list[str] = []
+        self._token: contextvars.Token[list[str] | None] | None = None
+
+    def __enter__(self) -> list[str]:
+        self._outer = _ENTRIES.get()
+        self._token = _ENTRIES.set(self.entered)
+        return self.entered
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _ENTRIES.reset(self._token)
+        if self._outer is not None:
+            self._outer.extend(self.entered)
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+def render_error(exc: BaseException) -> str:
+    """``Type: message`` of an exception, for a failure's "Observed" line."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _trace(exc: BaseException) -> str:
+    lines = "".join(traceback.format_exception(exc)).rstrip().splitlines()
+    if len(lines) > _TRACE_LINES:
+        lines = ["  ...", *lines[-_TRACE_LINES:]]
+    return "What was raised:\n" + "\n".join(lines)
+
+
+def verdict(requirement: Requirement, exc: BaseException) -> BaseException:
+    """The exception a rule that ended with ``exc`` leaves its test with."""
+    leaves = list(_leaves(exc))
+    for kind in (SilentOptOut, ContractViolation):
+        for leaf in leaves:
+            if isinstance(leaf, kind):
+                return leaf
+    for leaf in leaves:
+        if isinstance(leaf, XFailed) or (
+            isinstance(leaf, OutcomeException) and not isinstance(leaf, Failed)
+        ):
+            return leaf  # xfail (a consequence of another rule) / skip / exit
+        if isinstance(leaf, KeyboardInterrupt | SystemExit):
+            return leaf
+    first = leaves[0]
+    more = f" (and {len(leaves) - 1} more error(s) at the same time)" if len(leaves) > 1 else ""
+    if isinstance(first, AssertionError | Failed | KitTimeout):
+        # A kit check's own message; pytest's rewritten-assert explanation adds nothing.
+        observed = str(first).split("\nassert ", 1)[0].strip() or "a check of the kit failed"
+        return ContractViolation(requirement, observed + more)
+    return ContractViolation(requirement, render_error(first) + more, _trace(first))
+
+
+def bind_rule(requirement: Requirement, func: _F) -> _F:
+    """Wrap a kit test so that however it ends early, the failure names ``requirement``."""
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def rule_async(*args: Any, **kwargs: Any) -> Any:
+            rule_entered(requirement)
+            token = _CURRENT.set(requirement)
+            try:
+                return await func(*args, **kwargs)
+            except BaseException as exc:
+                raise verdict(requirement, exc) from None
+            finally:
+                _CURRENT.reset(token)
+
+        return rule_async  # type: ignore[return-value]
+
+    @functools.wraps(func)
+    def rule(*args: Any, **kwargs: Any) -> Any:
+        rule_entered(requirement)
+        token = _CURRENT.set(requirement)
+        try:
+            return func(*args, **kwargs)
+        except BaseException as exc:
+            raise verdict(requirement, exc) from None
+        finally:
+            _CURRENT.reset(token)
+
+    return rule  # type: ignore[return-value]
