@@ -1,4 +1,4 @@
-"""The ``dsh`` command: ``check``, ``tools``, ``run`` and ``demo``.
+"""The ``dsh`` command: ``check``, ``tools``, ``run``, ``batch`` and ``demo``.
 
 Exit status of ``dsh run`` (derived from the run's stop reason):
 
@@ -47,6 +47,7 @@ from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_tool_jobs import JobSnapshot
 from pydantic import JsonValue
 
+from dsh_cli.batch import add_batch_parser, cmd_batch
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import DshCliError, UsageError
 from dsh_cli.loader import Composition, load_profile
@@ -401,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run as a background Job through the tool (run_in_background) and collect it",
     )
 
+    add_batch_parser(sub, common)
+
     demo = sub.add_parser(
         "demo",
         parents=[common],
@@ -439,6 +442,8 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
                 return _cmd_tools(args, out, discovery)
             if args.command == "run":
                 return _cmd_run(args, out, err, discovery)
+            if args.command == "batch":
+                return cmd_batch(args, out, err, discovery)
             return _cmd_demo(args, out, err)
         except DshCliError as exc:
             print(f"dsh: error: {exc}", file=err)
