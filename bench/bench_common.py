@@ -43,6 +43,8 @@ class Profile:
     p4_pairs: int
     p5_levels: tuple[int, ...]
     p5_repeats: int
+    p6_tasks: int
+    p6_repeats: int
 
 
 QUICK = Profile(
@@ -57,6 +59,8 @@ QUICK = Profile(
     p4_pairs=4,
     p5_levels=(1, 4),
     p5_repeats=1,
+    p6_tasks=4,
+    p6_repeats=1,
 )
 DEFAULT = Profile(
     name="default",
@@ -70,6 +74,8 @@ DEFAULT = Profile(
     p4_pairs=40,
     p5_levels=(1, 2, 4, 8, 16),
     p5_repeats=3,
+    p6_tasks=8,
+    p6_repeats=2,
 )
 PROFILES = {profile.name: profile for profile in (QUICK, DEFAULT)}
 

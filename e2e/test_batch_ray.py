@@ -239,7 +239,8 @@ def test_a_batch_on_ray_runs_each_task_in_a_worker_with_the_shipped_files(
             timeout=600,
             check=False,
         )
-    assert done.returncode == 0, done.stderr
+    written = batch.out.read_text(encoding="utf-8") if batch.out.exists() else "(none)"
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\nrecords:\n{written}"
     assert "dsh: batch: 3 completed, 0 failed; results in" in done.stderr
     records = batch.records()
     assert {key: value["answer"] for key, value in records.items()} == {

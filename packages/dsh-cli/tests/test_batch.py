@@ -15,7 +15,7 @@ from typing import Any, ClassVar, cast
 import anyio
 import pytest
 from dsh_cli import StaticDiscovery
-from dsh_cli.batch import run_task, task_cwd
+from dsh_cli.batch import FirstStartAlone, run_task, task_cwd
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, read_tasks
 from dsh_cli.cli import main
 from dsh_subagent import (
@@ -355,3 +355,46 @@ def test_on_a_terminal_the_bar_shows_done_failed_running_and_an_eta(tmp_path: Pa
     assert "done 1 · failed 1 · running 0" in text
     assert "ETA" in text
     assert "dsh: batch: 1 completed, 1 failed; results in" in text
+
+
+@pytest.mark.anyio
+async def test_the_first_product_start_runs_alone_and_later_starts_overlap() -> None:
+    """Deliberate: two Codex app-servers initialising one fresh CODEX_HOME at once race
+    (one exits during ``initialize``), so a batch's first start goes alone; once one
+    start succeeded, starts run side by side again."""
+    first, later = anyio.Event(), anyio.Event()
+    provider = ScriptedProvider(
+        "p",
+        [
+            Script(hold_start=first, output=(TextBlock(text="1"),)),
+            Script.answer("2"),
+            Script.answer("3"),
+            Script(hold_start=later, output=(TextBlock(text="4"),)),
+            Script(hold_start=later, output=(TextBlock(text="5"),)),
+        ],
+    )
+    gate = FirstStartAlone()
+    records: list[BatchRecord | None] = []
+    async with SubagentService() as service:
+        service.register_provider(provider)
+
+        async def one(n: int) -> None:
+            task = BatchTask(id=str(n), task="Go.")
+            cancel = CancelController().signal
+            records.append(await run_task(service, "p", task, "/", cancel, None, gate))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, 1)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(one, 2)
+            tg.start_soon(one, 3)
+            await anyio.wait_all_tasks_blocked()
+            assert provider.start_count == 1  # 2 and 3 wait for the first start
+            first.set()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, 4)
+            tg.start_soon(one, 5)
+            await anyio.wait_all_tasks_blocked()
+            assert provider.start_count == 5  # both starts are in progress at once
+            later.set()
+    assert sorted(r.answer for r in records if r is not None) == ["1", "2", "3", "4", "5"]

@@ -24,10 +24,11 @@ import math
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final, Protocol, TextIO
 
 import anyio
 from dsh_subagent import (
@@ -55,6 +56,8 @@ from dsh_cli.runtime import open_runtime
 __all__ = [
     "FILES_PLACEHOLDER",
     "BatchPlan",
+    "FirstStartAlone",
+    "StartGate",
     "add_batch_parser",
     "cmd_batch",
     "default_concurrency",
@@ -134,6 +137,41 @@ def task_cwd(task: BatchTask, base: str, files: str | None) -> str:
     return os.path.normpath(os.path.join(base, raw))
 
 
+class StartGate(Protocol):
+    """Orders product starts: ``async with gate.passage(): await service.start(...)``."""
+
+    def passage(self) -> AbstractAsyncContextManager[None]:
+        """Held around one product start."""
+        ...
+
+
+class FirstStartAlone:
+    """The batch's first product start runs alone; once one start succeeded, none waits.
+
+    Deliberate: a product that initialises state in its home on first use can fail when
+    several copies do that at once (two Codex app-servers initialising one fresh
+    ``CODEX_HOME`` race on its sqlite state and one exits during ``initialize``). Only
+    the start is serialised, and only until the first one succeeded.
+    """
+
+    def __init__(self) -> None:
+        self._lock = anyio.Lock()
+        self._warm = False
+
+    @asynccontextmanager
+    async def _passage(self) -> AsyncIterator[None]:
+        if self._warm:
+            yield
+            return
+        async with self._lock:
+            yield
+            self._warm = True  # not reached when the start failed: the next one goes alone
+
+    def passage(self) -> AbstractAsyncContextManager[None]:
+        """Held around one product start."""
+        return self._passage()
+
+
 def _safe_message(exc: BaseException) -> str:
     """A failure as one safe line: a SubagentError's message, else only the type name."""
     if isinstance(exc, SubagentError):
@@ -150,8 +188,11 @@ async def run_task(
     cwd: str,
     cancel: CancelSignal,
     budget: Budget | None = None,
+    gate: StartGate | None = None,
 ) -> BatchRecord | None:
     """Delegate one task, dispose the run and return its record.
+
+    ``gate`` (if given) is held around the product start (see :class:`FirstStartAlone`).
 
     ``None`` when ``cancel`` fired (the batch was interrupted) and the run was cancelled
     by it: such a task is not recorded, so a resumed batch runs it again. A start that
@@ -183,7 +224,11 @@ async def run_task(
         budget=budget,
     )
     try:
-        run = await service.start(provider, request)
+        if gate is None:
+            run = await service.start(provider, request)
+        else:
+            async with gate.passage():
+                run = await service.start(provider, request)
     except SubagentError as exc:
         return (
             None if cancel.aborted else record(ERROR, diagnostic=f"could not start: {exc.message}")
@@ -359,6 +404,8 @@ def cmd_batch(
     if files is None and any(FILES_PLACEHOLDER in (task.cwd or "") for task in todo):
         raise UsageError(f"a task cwd uses {FILES_PLACEHOLDER}: pass --files DIR")
     budget = _budget(args)
+    if not todo:  # nothing to run: connect to nothing, start nothing
+        return _report(Summary(0, 0, False, 0), len(bad), args.out, err)
     results.open()
     try:
         if args.ray is not None:
@@ -445,10 +492,14 @@ async def _run_local(
                 "waiting for every product to exit"
             )
 
+        gate = FirstStartAlone()
+
         async def one(service: SubagentService, task: BatchTask, slots: anyio.Semaphore) -> None:
             try:
                 cwd = task_cwd(task, base, files)
-                record = await run_task(service, plan.provider, task, cwd, cancel, plan.budget)
+                record = await run_task(
+                    service, plan.provider, task, cwd, cancel, plan.budget, gate
+                )
             finally:
                 slots.release()
             if record is None:

@@ -26,12 +26,15 @@ returns only once the product's tree is gone. A second Ctrl-C kills the workers 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import tempfile
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final, TextIO
@@ -39,6 +42,7 @@ from typing import Any, Final, TextIO
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 from dsh_subagent import ERROR, Budget, CancelController
 
 from dsh_cli.batch import BatchPlan, Summary, load_batch_profile, run_task, task_cwd
@@ -56,7 +60,6 @@ _POLL_SECONDS: Final = 0.2
 """How often the driver looks at Ctrl-C while it waits for Ray (and a worker for cancel)."""
 
 _CANCEL_REASON: Final = "interrupted (ray.cancel)"
-
 
 
 def _stage_bundle(stage: Path, profile: Path, files: str | None) -> None:
@@ -205,6 +208,39 @@ def _settle(
     return BatchRecord.model_validate_json(value)
 
 
+class _NodeFirstStartAlone:
+    """:class:`~dsh_cli.batch.FirstStartAlone` across the worker processes of one node.
+
+    The workers of a node share its unpacked bundle (and so any product home in it): a
+    file lock there lets the node's first product start run alone, and a marker file
+    records that one succeeded.
+    """
+
+    def __init__(self, bundle: str) -> None:
+        self._lock = Path(bundle, ".dsh-batch", "first-start.lock")
+        self._warm = Path(bundle, ".dsh-batch", "first-start.done")
+
+    @asynccontextmanager
+    async def _passage(self) -> AsyncIterator[None]:
+        if self._warm.exists():
+            yield
+            return
+        fd = os.open(self._lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            await anyio.to_thread.run_sync(fcntl.flock, fd, fcntl.LOCK_EX)
+            if self._warm.exists():
+                yield
+                return
+            yield
+            self._warm.touch()
+        finally:
+            os.close(fd)  # releases the lock
+
+    def passage(self) -> AbstractAsyncContextManager[None]:
+        """Held around one product start."""
+        return self._passage()
+
+
 class _Interrupt:
     """``ray.cancel`` (a KeyboardInterrupt in the worker's main thread) → cancel the run."""
 
@@ -238,11 +274,12 @@ async def _run_in_worker(
     cwd: str,
     budget: Budget | None,
     interrupt: _Interrupt,
+    gate: _NodeFirstStartAlone,
 ) -> BatchRecord | None:
     controller = CancelController()
     interrupt.bind(controller)
     async with open_runtime(composition) as runtime:
-        return await run_task(runtime.service, provider, task, cwd, controller.signal, budget)
+        return await run_task(runtime.service, provider, task, cwd, controller.signal, budget, gate)
 
 
 def _ray_task(
@@ -271,12 +308,13 @@ def _ray_task(
     budget = Budget.model_validate_json(budget_json) if budget_json is not None else None
     cwd = task_cwd(task, base_cwd or bundle, bundle)
     interrupt = _Interrupt()
+    gate = _NodeFirstStartAlone(bundle)
     outcome: dict[str, Any] = {}
 
     def body() -> None:
         try:
             outcome["record"] = anyio.run(
-                _run_in_worker, composition, provider, task, cwd, budget, interrupt
+                _run_in_worker, composition, provider, task, cwd, budget, interrupt, gate
             )
         except BaseException as exc:
             outcome["error"] = f"internal error ({type(exc).__name__})"
