@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -14,10 +15,10 @@ from typing import Any, ClassVar, cast
 
 import anyio
 import pytest
-from dsh_cli import StaticDiscovery
+from dsh_cli import StaticDiscovery, load_profile
 from dsh_cli.batch import FirstStartAlone, run_task, task_cwd
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, read_tasks
-from dsh_cli.cli import main
+from dsh_cli.cli import build_parser, main
 from dsh_subagent import (
     COMPLETED,
     CancelController,
@@ -398,3 +399,27 @@ async def test_the_first_product_start_runs_alone_and_later_starts_overlap() -> 
             assert provider.start_count == 5  # both starts are in progress at once
             later.set()
     assert sorted(r.answer for r in records if r is not None) == ["1", "2", "3", "4", "5"]
+
+
+def test_the_readme_batch_example_is_a_good_task_file_and_command(tmp_path: Path) -> None:
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    section = readme.read_text(encoding="utf-8").split("## Many tasks: `dsh batch`", 1)[1]
+    jsonl = re.search(r"```jsonl\n(.*?)```", section, re.DOTALL)
+    command = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
+    assert jsonl is not None
+    assert command is not None
+    listed = read_tasks(_write(tmp_path / "tasks.jsonl", jsonl.group(1).rstrip("\n")))
+    assert listed.bad_lines == ()
+    assert [task.id for task in listed.tasks] == ["issue-101", "issue-102"]
+    argv = command.group(1).split()
+    assert argv[:2] == ["dsh", "batch"]
+    args = build_parser().parse_args(argv[1:])
+    assert (args.target, args.tasks, args.out, args.concurrency) == (
+        "subagent_codex",
+        "tasks.jsonl",
+        "results.jsonl",
+        4,
+    )
+    repo = Path(__file__).resolve().parents[3]
+    composition = load_profile(repo / args.profile)  # starts nothing
+    assert "subagent_codex" in composition.tool_names
