@@ -9,9 +9,14 @@ batch`` executable on this machine (default concurrency: the CPU count), and the
 the executables (imports, profile load and, for Ray, connecting and shipping the bundle
 included). All runs share one warmed CODEX_HOME and one loopback Responses fixture.
 
-Reported: the throughput ratio sequential-wall / batch-wall, and the Ray overhead per task
-(Ray wall − local wall) / N, next to the per-task ``elapsed_seconds`` medians the records
-carry (delegation start → disposed, measured where the task ran).
+Everything runs twice: with an instant model, and with 1 s of simulated model time per
+response (the fixture's answering thread sleeps, as a remote model keeps a request
+open), since real tasks wait on the model far longer than the product works.
+
+Reported: the throughput ratio sequential-wall / batch-wall, the Ray overhead per task
+(Ray wall − local wall) / N, the per-task ``elapsed_seconds`` medians the records carry
+(delegation start → disposed, measured where the task ran), and what ``dsh batch`` costs
+with nothing to run (start-up, profile, results scan).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,8 +76,16 @@ class BatchRow:
         }
 
 
-def _answer(request: RecordedRequest) -> PlainAnswer:
-    return PlainAnswer(ANSWER, "final_answer")
+@dataclass
+class _Model:
+    """The fixture's answer, after ``latency`` seconds of simulated model time."""
+
+    latency: float = 0.0
+
+    def __call__(self, request: RecordedRequest) -> PlainAnswer:
+        if self.latency:
+            time.sleep(self.latency)  # the answering thread: other requests go on meanwhile
+        return PlainAnswer(ANSWER, "final_answer")
 
 
 def _profile(path: Path, home: CodexHome) -> None:
@@ -150,60 +164,91 @@ def _start_ray(env: dict[str, str], temp: Path) -> tuple[str | None, str]:
     return address, "cluster: ray start --head --num-cpus=2, loopback"
 
 
-async def run_p6(profile: Profile) -> tuple[list[BatchRow], dict[str, Any]]:
-    """Run the three cases ``p6_repeats`` times over ``p6_tasks`` tasks."""
+async def _one_latency(
+    service: SubagentService,
+    root: Path,
+    env: dict[str, str],
+    home: CodexHome,
+    address: str | None,
+    ray_note: str,
+    latency: float,
+    profile: Profile,
+) -> tuple[list[BatchRow], dict[str, Any]]:
     n = profile.p6_tasks
-    sequential = BatchRow("N tasks one after another, Python API (delegate)")
-    local = BatchRow("dsh batch, this machine (concurrency = CPU count)")
-    on_ray = BatchRow("dsh batch --ray, local cluster (2 CPUs)")
-    with temp_root("p6") as root, ResponsesFixture(route=_answer) as fixture:
-        home = codex_home(root / "codex", fixture.base_url)
-        _profile(root / "profile.toml", home)
-        _tasks(root / "tasks.jsonl", n)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
-        (root / "home").mkdir()
-        env.update(HOME=str(root / "home"), TMPDIR=str(root), **_RAY_ENV)
-        cluster_watch = ProcessWatch()
-        # Ray's unix socket paths under its temp dir must fit in 107 bytes: keep it short.
-        address, on_ray.note = _start_ray(env, root / "ray")
-        try:
-            async with SubagentService() as service:
-                service.register_provider(home.provider("codex"))
-                # Warm-up: one delegation initialises the shared CODEX_HOME alone.
-                await delegate(service, TASK, cwd=home.workspace, provider="codex")
-                for repeat in range(profile.p6_repeats):
-                    started = clock()
-                    results = []
-                    for _ in range(n):
-                        begun = clock()
-                        result = await delegate(service, TASK, cwd=home.workspace, provider="codex")
-                        results.append((result, clock() - begun))
-                    sequential.walls.append(clock() - started)
-                    sequential.attempted += n
-                    sequential.completed += sum(1 for r, _ in results if r.text == ANSWER)
-                    sequential.task_elapsed += [elapsed for _, elapsed in results]
+    label = f"model {latency:g} s"
+    sequential = BatchRow(f"{label}: N one after another, Python API (delegate)")
+    local = BatchRow(f"{label}: dsh batch, this machine (concurrency = CPU count)")
+    on_ray = BatchRow(f"{label}: dsh batch --ray, local 2-CPU cluster", note=ray_note)
+    for repeat in range(profile.p6_repeats):
+        started = clock()
+        results = []
+        for _ in range(n):
+            begun = clock()
+            result = await delegate(service, TASK, cwd=home.workspace, provider="codex")
+            results.append((result, clock() - begun))
+        sequential.walls.append(clock() - started)
+        sequential.attempted += n
+        sequential.completed += sum(1 for r, _ in results if r.text == ANSWER)
+        sequential.task_elapsed += [elapsed for _, elapsed in results]
 
-                    wall, records = _dsh_batch(root, f"local-{repeat}", env, home)
-                    local.walls.append(wall)
-                    _count(local, records, n)
+        wall, records = _dsh_batch(root, f"local-{latency}-{repeat}", env, home)
+        local.walls.append(wall)
+        _count(local, records, n)
 
-                    if address is not None:
-                        wall, records = _dsh_batch(
-                            root, f"ray-{repeat}", env, home, "--ray", address
-                        )
-                        on_ray.walls.append(wall)
-                        _count(on_ray, records, n)
-        finally:
-            cluster_watch.kill_leftovers()  # the cluster's processes, ours by descent
+        if address is not None:
+            wall, records = _dsh_batch(root, f"ray-{latency}-{repeat}", env, home, "--ray", address)
+            on_ray.walls.append(wall)
+            _count(on_ray, records, n)
     seq_wall = statistics.median(sequential.walls)
     local_wall = statistics.median(local.walls)
-    meta: dict[str, Any] = {
-        "tasks": n,
-        "repeats": profile.p6_repeats,
-        "cpu_count": os.cpu_count(),
+    meta = {
+        "model_latency_s": latency,
         "throughput_ratio_batch_over_sequential": seq_wall / local_wall,
         "ray_overhead_per_task_s": (
             (statistics.median(on_ray.walls) - local_wall) / n if on_ray.walls else None
         ),
     }
     return [sequential, local, on_ray], meta
+
+
+async def run_p6(profile: Profile) -> tuple[list[BatchRow], dict[str, Any]]:
+    """Each case ``p6_repeats`` times over ``p6_tasks`` tasks, per simulated model latency."""
+    model = _Model()
+    rows: list[BatchRow] = []
+    per_latency: list[dict[str, Any]] = []
+    with temp_root("p6") as root, ResponsesFixture(route=model) as fixture:
+        home = codex_home(root / "codex", fixture.base_url)
+        _profile(root / "profile.toml", home)
+        _tasks(root / "tasks.jsonl", profile.p6_tasks)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+        (root / "home").mkdir()
+        env.update(HOME=str(root / "home"), TMPDIR=str(root), **_RAY_ENV)
+        cluster_watch = ProcessWatch()
+        # Ray's unix socket paths under its temp dir must fit in 107 bytes: keep it short.
+        address, ray_note = _start_ray(env, root / "ray")
+        try:
+            async with SubagentService() as service:
+                service.register_provider(home.provider("codex"))
+                # Warm-up: one delegation initialises the shared CODEX_HOME alone.
+                await delegate(service, TASK, cwd=home.workspace, provider="codex")
+                # What `dsh batch` costs with nothing to run: start-up, profile, resume scan.
+                _dsh_batch(root, "startup", env, home)
+                startup, _ = _dsh_batch(root, "startup", env, home)
+                for latency in profile.p6_latencies:
+                    model.latency = latency
+                    more, meta = await _one_latency(
+                        service, root, env, home, address, ray_note, latency, profile
+                    )
+                    rows += more
+                    per_latency.append(meta)
+        finally:
+            model.latency = 0.0
+            cluster_watch.kill_leftovers()  # the cluster's processes, ours by descent
+    meta_all: dict[str, Any] = {
+        "tasks": profile.p6_tasks,
+        "repeats": profile.p6_repeats,
+        "cpu_count": os.cpu_count(),
+        "dsh_batch_nothing_to_run_s": startup,
+        "per_latency": per_latency,
+    }
+    return rows, meta_all

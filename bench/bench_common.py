@@ -45,6 +45,7 @@ class Profile:
     p5_repeats: int
     p6_tasks: int
     p6_repeats: int
+    p6_latencies: tuple[float, ...]
 
 
 QUICK = Profile(
@@ -61,6 +62,7 @@ QUICK = Profile(
     p5_repeats=1,
     p6_tasks=4,
     p6_repeats=1,
+    p6_latencies=(0.0, 1.0),
 )
 DEFAULT = Profile(
     name="default",
@@ -76,6 +78,7 @@ DEFAULT = Profile(
     p5_repeats=3,
     p6_tasks=8,
     p6_repeats=2,
+    p6_latencies=(0.0, 1.0),
 )
 PROFILES = {profile.name: profile for profile in (QUICK, DEFAULT)}
 

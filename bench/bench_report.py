@@ -121,13 +121,19 @@ def _batch(data: dict[str, Any]) -> list[str]:
             f"| {_ms(row['task_elapsed_median_s'])} | {row['completed']}/{row['attempted']} "
             f"| {row['note']} |"
         )
-    overhead = meta["ray_overhead_per_task_s"]
     lines += [
         "",
-        f"Throughput ratio dsh batch / sequential API: "
-        f"{meta['throughput_ratio_batch_over_sequential']:.2f}; Ray overhead per task "
-        f"(Ray wall − local wall) / N: {'—' if overhead is None else _ms(overhead)}.",
+        f"`dsh batch` with nothing to run (start-up, profile, results scan): "
+        f"{_ms(meta['dsh_batch_nothing_to_run_s'])}.",
+        "",
     ]
+    for entry in meta["per_latency"]:
+        overhead = entry["ray_overhead_per_task_s"]
+        lines.append(
+            f"* model {entry['model_latency_s']:g} s: throughput ratio dsh batch / sequential "
+            f"API {entry['throughput_ratio_batch_over_sequential']:.2f}; Ray overhead per task "
+            f"(Ray wall − local wall) / N {'—' if overhead is None else _ms(overhead)}"
+        )
     return lines
 
 
