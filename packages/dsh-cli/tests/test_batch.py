@@ -423,3 +423,17 @@ def test_the_readme_batch_example_is_a_good_task_file_and_command(tmp_path: Path
     repo = Path(__file__).resolve().parents[3]
     composition = load_profile(repo / args.profile)  # starts nothing
     assert "subagent_codex" in composition.tool_names
+
+
+def test_without_ray_installed_ray_is_a_usage_error_and_nothing_is_written(
+    tmp_path: Path,
+    profile: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    tasks = _write(tmp_path / "tasks.jsonl", _line("a"))
+    out = tmp_path / "out.jsonl"
+    assert _batch(profile, tasks, out, "--ray") == 2
+    assert "--ray needs Ray: pip install 'dsh-cli[ray]'" in capsys.readouterr().err
+    assert not out.exists()

@@ -51,7 +51,7 @@ from dsh_cli.errors import ProfileError, UsageError
 from dsh_cli.loader import Composition
 from dsh_cli.runtime import open_runtime
 
-__all__ = ["BUNDLE_PROFILE", "run_on_ray"]
+__all__ = ["BUNDLE_PROFILE", "import_ray", "run_on_ray"]
 
 BUNDLE_PROFILE: Final = ".dsh-batch/profile.toml"
 """Where the profile sits inside the shipped bundle."""
@@ -75,6 +75,21 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
+def import_ray() -> Any:
+    """The ``ray`` module.
+
+    Raises:
+        UsageError: Ray is not installed.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(
+            "--ray needs Ray: pip install 'dsh-cli[ray]' (on every node of the cluster too)"
+        ) from None
+    return ray
+
+
 def run_on_ray(
     address: str | None,
     *,
@@ -91,12 +106,7 @@ def run_on_ray(
     Raises:
         UsageError: Ray is not installed.
     """
-    try:
-        import ray
-    except ImportError:
-        raise UsageError(
-            "--ray needs Ray: pip install 'dsh-cli[ray]' (on every node of the cluster too)"
-        ) from None
+    ray = import_ray()
     with tempfile.TemporaryDirectory(prefix="dsh-batch-") as stage:
         _stage_bundle(Path(stage), profile, files)
         try:
