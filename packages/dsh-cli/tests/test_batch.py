@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -436,4 +437,18 @@ def test_without_ray_installed_ray_is_a_usage_error_and_nothing_is_written(
     out = tmp_path / "out.jsonl"
     assert _batch(profile, tasks, out, "--ray") == 2
     assert "--ray needs Ray: pip install 'dsh-cli[ray]'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_an_unreachable_ray_address_is_one_line_before_anything_starts(
+    tmp_path: Path, profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    tasks = _write(tmp_path / "tasks.jsonl", _line("a"))
+    out = tmp_path / "out.jsonl"
+    assert _batch(profile, tasks, out, "--ray", f"127.0.0.1:{port}") == 2
+    err = capsys.readouterr().err
+    assert err == f"dsh: error: could not reach Ray at 127.0.0.1:{port}: Connection refused\n"
     assert not out.exists()

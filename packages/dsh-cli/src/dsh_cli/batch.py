@@ -407,9 +407,9 @@ def cmd_batch(
     if not todo:  # nothing to run: connect to nothing, start nothing
         return _report(Summary(0, 0, False, 0), len(bad), args.out, err)
     if args.ray is not None:
-        from dsh_cli.batch_ray import import_ray
+        from dsh_cli.batch_ray import check_ray
 
-        import_ray()  # before the results file is created
+        check_ray(args.ray or None)  # before the results file is created
     results.open()
     try:
         if args.ray is not None:

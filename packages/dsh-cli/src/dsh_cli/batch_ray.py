@@ -26,10 +26,10 @@ returns only once the product's tree is gone. A second Ctrl-C kills the workers 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -51,13 +51,16 @@ from dsh_cli.errors import ProfileError, UsageError
 from dsh_cli.loader import Composition
 from dsh_cli.runtime import open_runtime
 
-__all__ = ["BUNDLE_PROFILE", "import_ray", "run_on_ray"]
+__all__ = ["BUNDLE_PROFILE", "check_ray", "import_ray", "run_on_ray"]
 
 BUNDLE_PROFILE: Final = ".dsh-batch/profile.toml"
 """Where the profile sits inside the shipped bundle."""
 
 _POLL_SECONDS: Final = 0.2
 """How often the driver looks at Ctrl-C while it waits for Ray (and a worker for cancel)."""
+
+_PROBE_SECONDS: Final = 10.0
+"""How long the driver tries to open a TCP connection to the cluster's address."""
 
 _CANCEL_REASON: Final = "interrupted (ray.cancel)"
 
@@ -88,6 +91,29 @@ def import_ray() -> Any:
             "--ray needs Ray: pip install 'dsh-cli[ray]' (on every node of the cluster too)"
         ) from None
     return ray
+
+
+def check_ray(address: str | None) -> None:
+    """Ray is installed and ``address`` (when it is ``host:port``) accepts connections.
+
+    ``ray.init`` retries an unreachable address for many minutes; a TCP connect first
+    turns a typo or a cluster that is down into one line at once, before anything starts.
+
+    Raises:
+        UsageError: Ray is not installed, or nothing listens at ``address``.
+    """
+    import_ray()
+    if address is None:
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=_PROBE_SECONDS):
+            return
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"could not reach Ray at {address}: {reason}") from None
 
 
 def run_on_ray(
@@ -235,6 +261,8 @@ class _NodeFirstStartAlone:
         if self._warm.exists():
             yield
             return
+        import fcntl  # POSIX only: imported where it is used
+
         fd = os.open(self._lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             await anyio.to_thread.run_sync(fcntl.flock, fd, fcntl.LOCK_EX)
