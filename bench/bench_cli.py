@@ -22,7 +22,7 @@ from bench.bench_report import render_markdown
 
 __all__ = ["BENCHMARKS", "main", "run"]
 
-BENCHMARKS = ("P1", "P2", "P3", "P4", "P5")
+BENCHMARKS = ("P1", "P2", "P3", "P4", "P5", "P6")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _SURVIVOR_GRACE_SECONDS = 1.0
 
@@ -64,12 +64,20 @@ async def _p5(profile: Profile) -> dict[str, Any]:
     return {"rows": [row.as_json(base, meta["cores"]) for row in rows], "meta": meta}
 
 
+async def _p6(profile: Profile) -> dict[str, Any]:
+    from bench.bench_batch import run_p6
+
+    rows, meta = await run_p6(profile)
+    return {"rows": [row.as_json() for row in rows], "meta": meta}
+
+
 _RUNNERS: dict[str, Callable[[Profile], Awaitable[dict[str, Any]]]] = {
     "P1": _p1,
     "P2": _p2,
     "P3": _p3,
     "P4": _p4,
     "P5": _p5,
+    "P6": _p6,
 }
 
 
@@ -114,7 +122,7 @@ def _selection(text: str | None) -> tuple[str, ...]:
     chosen = tuple(part.strip().upper() for part in text.split(",") if part.strip())
     unknown = [part for part in chosen if part not in BENCHMARKS]
     if unknown:
-        raise SystemExit(f"bench: unknown benchmark(s) {', '.join(unknown)}; choose from P1–P5")
+        raise SystemExit(f"bench: unknown benchmark(s) {', '.join(unknown)}; choose from P1–P6")
     return chosen
 
 

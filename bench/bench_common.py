@@ -54,6 +54,9 @@ class Profile:
     p4_pairs: int
     p5_levels: tuple[int, ...]
     p5_repeats: int
+    p6_tasks: int
+    p6_repeats: int
+    p6_latencies: tuple[float, ...]
 
 
 QUICK = Profile(
@@ -68,6 +71,9 @@ QUICK = Profile(
     p4_pairs=4,
     p5_levels=(1, 4),
     p5_repeats=1,
+    p6_tasks=4,
+    p6_repeats=1,
+    p6_latencies=(0.0, 1.0),
 )
 DEFAULT = Profile(
     name="default",
@@ -81,6 +87,9 @@ DEFAULT = Profile(
     p4_pairs=40,
     p5_levels=(1, 2, 4, 8, 16),
     p5_repeats=3,
+    p6_tasks=8,
+    p6_repeats=2,
+    p6_latencies=(0.0, 1.0),
 )
 PROFILES = {profile.name: profile for profile in (QUICK, DEFAULT)}
 

@@ -102,6 +102,41 @@ def _scale(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _batch(data: dict[str, Any]) -> list[str]:
+    meta = data["meta"]
+    lines = [
+        f"P6 batch: {meta['tasks']} keyless Codex tasks, {meta['repeats']} repeat(s), "
+        f"{meta['cpu_count']} CPUs (medians):",
+        "",
+        "| Case | Wall median (all) | Task elapsed median | Completed | Note |",
+        "|---|---|---|---|---|",
+    ]
+    for row in data["rows"]:
+        if row["wall_median_s"] is None:
+            lines.append(f"| {row['case']} | — | — | — | {row['note']} |")
+            continue
+        walls = ", ".join(_ms(wall) for wall in row["walls_s"])
+        lines.append(
+            f"| {row['case']} | {_ms(row['wall_median_s'])} ({walls}) "
+            f"| {_ms(row['task_elapsed_median_s'])} | {row['completed']}/{row['attempted']} "
+            f"| {row['note']} |"
+        )
+    lines += [
+        "",
+        f"`dsh batch` with nothing to run (start-up, profile, results scan): "
+        f"{_ms(meta['dsh_batch_nothing_to_run_s'])}.",
+        "",
+    ]
+    for entry in meta["per_latency"]:
+        overhead = entry["ray_overhead_per_task_s"]
+        lines.append(
+            f"* model {entry['model_latency_s']:g} s: throughput ratio dsh batch / sequential "
+            f"API {entry['throughput_ratio_batch_over_sequential']:.2f}; Ray overhead per task "
+            f"(Ray wall − local wall) / N {'—' if overhead is None else _ms(overhead)}"
+        )
+    return lines
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The whole run as markdown tables."""
     meta = report["meta"]
@@ -131,6 +166,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["P3 cancellation mid-turn:", "", *_cancellation(results["P3"]["rows"]), ""]
     if results.get("P5", {}).get("rows"):
         lines += [*_scale(results["P5"]), ""]
+    if results.get("P6", {}).get("rows"):
+        lines += [*_batch(results["P6"]), ""]
     lines += [
         "| Benchmark | Duration | Load avg after | Survivors | Error |",
         "|---|---|---|---|---|",

@@ -1,4 +1,4 @@
-"""The ``dsh`` command: ``check``, ``tools``, ``run`` and ``demo``.
+"""The ``dsh`` command: ``check``, ``tools``, ``run``, ``batch`` and ``demo``.
 
 ``dsh run`` and its exit status live in :mod:`dsh_cli.run_command`. Every failure is one
 line on stderr, never a traceback. Products' own stderr lines are shown only with ``-v``
@@ -17,6 +17,7 @@ from typing import Any, Final, TextIO
 import anyio
 from pydantic import JsonValue
 
+from dsh_cli.batch import add_batch_parser, cmd_batch
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import DshCliError
 from dsh_cli.loader import Composition, load_profile
@@ -150,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_arguments(run)
 
+    add_batch_parser(sub, common)
+
     demo = sub.add_parser(
         "demo",
         parents=[common],
@@ -188,6 +191,8 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
                 return _cmd_tools(args, out, discovery)
             if args.command == "run":
                 return cmd_run(args, out, err, discovery, log_handler)
+            if args.command == "batch":
+                return cmd_batch(args, out, err, discovery)
             return _cmd_demo(args, out, err)
         except DshCliError as exc:
             print(f"dsh: error: {exc}", file=err)

@@ -1,0 +1,316 @@
+"""``dsh batch --ray`` on a local Ray cluster this module starts, against the REAL Codex.
+
+The cluster is what a user starts on a head node (``ray start --head``), with two CPUs,
+no dashboard, usage statistics off and every address on loopback
+(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray bind 127.0.0.1 instead of the
+machine's network address). The real ``dsh`` executable is the driver. The Codex home
+the product reads lives in the batch's ``--files`` directory and reaches the workers only
+through Ray's runtime environment: the test proves the product used the unpacked copy.
+
+Ray keeps idle workers (and each worker's guard server) for the next task, so this
+module replaces the workspace's leftover check with one that lets the cluster's own
+processes live until the module ends and fails on anything else, i.e. any product.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from dsh_contract_tests.fixtures import responses
+from dsh_subprocess import GUARD_PATH
+from dsh_subprocess.testing import ProcessWatch, SeenProcess
+
+pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+
+pytestmark = pytest.mark.keyless
+
+BIN = Path(sys.executable).parent
+DSH, RAY = BIN / "dsh", BIN / "ray"
+_LEFTOVER_GRACE_SECONDS = 5.0
+
+
+def answer_for(task_id: str) -> str:
+    return f"ANSWER-{task_id.upper()}"
+
+
+def task_line(task_id: str) -> str:
+    task = f"BATCH-TASK {task_id}: reply with your sentinel and nothing else."
+    return json.dumps({"id": task_id, "task": task})
+
+
+@dataclass
+class Router:
+    """Answers each task by id; the first request of a ``hold_first`` id is held."""
+
+    hold_first: set[str] = field(default_factory=set)
+    seen: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, request: responses.RecordedRequest) -> responses.Behaviour | None:
+        body = json.dumps(request.body)
+        start = body.find("BATCH-TASK ")
+        if start < 0:
+            return None
+        task_id = body[start + len("BATCH-TASK ") :].split(":", 1)[0]
+        with self.lock:
+            first = task_id not in self.seen
+            self.seen.append(task_id)
+        if first and task_id in self.hold_first:
+            return responses.Hold()
+        return responses.PlainAnswer(answer_for(task_id), "final_answer")
+
+    def count(self, task_id: str) -> int:
+        with self.lock:
+            return self.seen.count(task_id)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    address: str
+    env: dict[str, str]
+    temp_dir: Path
+
+
+def _is_cluster_process(proc: psutil.Process) -> bool:
+    """Ray's own daemons and workers, and the guard servers the workers keep."""
+    try:
+        name, cmdline = proc.name(), proc.cmdline()
+    except psutil.Error:
+        return False
+    if name.startswith("ray::") or name in {"raylet", "gcs_server"}:
+        return True
+    if any(f"{os.sep}ray{os.sep}" in part for part in cmdline[:3]):
+        return True
+    return len(cmdline) > 3 and cmdline[3] == GUARD_PATH
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    # Short: Ray's unix socket paths under its temp dir must fit in 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="dshray-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    for name in ("HOME", "TMPDIR"):
+        (root / name.lower()).mkdir()
+        env[name] = str(root / name.lower())
+    env.update(
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_ENABLE_UV_RUN_RUNTIME_ENV="0",  # workers run this venv's Python, not `uv run`
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # loopback only
+        PROCESS_MARKER_FOR_DSH_RAY_TESTS=uuid.uuid4().hex,
+    )
+    address = f"127.0.0.1:{_free_port()}"
+    watch = ProcessWatch()
+    try:
+        started = subprocess.run(
+            [
+                str(RAY),
+                "start",
+                "--head",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                f"--port={address.rsplit(':', 1)[1]}",
+                f"--temp-dir={root / 'ray'}",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield Cluster(address, env, root / "ray")
+    finally:
+        # Every process the cluster started is ours (a descendant of this subreaper).
+        watch.kill_leftovers()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes() -> Iterator[None]:
+    """Only the cluster's own processes may outlive a test (see the module docstring)."""
+    watch = ProcessWatch()
+    yield
+    deadline = time.monotonic() + _LEFTOVER_GRACE_SECONDS
+
+    def strangers() -> list[SeenProcess]:
+        return [seen for seen in watch.alive() if not _is_cluster_process(seen.process)]
+
+    while (left := strangers()) and time.monotonic() < deadline:
+        psutil.wait_procs([seen.process for seen in left], timeout=0.2)
+    for seen in left:
+        seen.process.kill()
+    if left:
+        pytest.fail("test left processes behind: " + "; ".join(str(seen) for seen in left))
+
+
+@dataclass
+class Batch:
+    root: Path
+    files: Path
+    profile: Path
+    router: Router
+    model: responses.ResponsesFixture
+
+    def tasks(self, *lines: str) -> Path:
+        path = self.root / "tasks.jsonl"
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        return path
+
+    @property
+    def out(self) -> Path:
+        return self.root / "results.jsonl"
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        lines = self.out.read_text(encoding="utf-8").splitlines()
+        return {record["id"]: record for record in map(json.loads, lines)}
+
+    def argv(self, cluster: Cluster, tasks: Path, *extra: str) -> list[str]:
+        return [
+            str(DSH),
+            "batch",
+            str(self.profile),
+            "subagent_codex",
+            str(tasks),
+            "--out",
+            str(self.out),
+            "--files",
+            str(self.files),
+            "--ray",
+            cluster.address,
+            *extra,
+        ]
+
+
+@pytest.fixture
+def batch(tmp_path: Path) -> Iterator[Batch]:
+    router = Router()
+    with responses.ResponsesFixture(route=router) as model:
+        files = tmp_path / "files"
+        codex_env = responses.codex_keyless_env(files / "codex")
+        responses.write_codex_config(codex_env["CODEX_HOME"], model.base_url)
+        # The profile names the shipped files by ${DSH_FILES}, never by a head-node path.
+        env = {key: value.replace(str(files), "${DSH_FILES}") for key, value in codex_env.items()}
+        table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in env.items())
+        profile = tmp_path / "profile.toml"
+        profile.write_text(
+            '[[providers]]\ntype = "codex"\n\n[providers.config.env]\n'
+            f"{table}\n\n"
+            '[[tools]]\nname = "subagent_codex"\nprovider = "codex"\n'
+            'background_mode = "disabled"\n',
+            encoding="utf-8",
+        )
+        yield Batch(tmp_path, files, profile, router, model)
+
+
+def test_a_batch_on_ray_runs_each_task_in_a_worker_with_the_shipped_files(
+    cluster: Cluster, batch: Batch
+) -> None:
+    tasks = batch.tasks(task_line("one"), task_line("two"), task_line("three"))
+    with ProcessWatch() as watch:
+        done = subprocess.run(
+            batch.argv(cluster, tasks),
+            env=cluster.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    written = batch.out.read_text(encoding="utf-8") if batch.out.exists() else "(none)"
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\nrecords:\n{written}"
+    assert "dsh: batch: 3 completed, 0 failed; results in" in done.stderr
+    records = batch.records()
+    assert {key: value["answer"] for key, value in records.items()} == {
+        task_id: answer_for(task_id) for task_id in ("one", "two", "three")
+    }
+    assert [batch.router.count(i) for i in ("one", "two", "three")] == [1, 1, 1]
+    codex_runs = [seen for seen in watch.seen if seen.name == "codex"]
+    assert len(codex_runs) >= 3
+    assert not [seen for seen in watch.alive() if seen.name == "codex"]
+    # The products ran on the copy Ray unpacked, never on the driver's directory.
+    assert sorted(p.name for p in (batch.files / "codex" / "codex-home").iterdir()) == [
+        "config.toml"
+    ]
+    unpacked = cluster.temp_dir.glob("session_*/runtime_resources/working_dir_files/*/codex")
+    used = [d for d in unpacked if len(list((d / "codex-home").iterdir())) > 1]
+    assert used, unpacked
+
+
+def _ancestor_worker(proc: psutil.Process) -> psutil.Process:
+    for parent in proc.parents():
+        if parent.name().startswith("ray::"):
+            return parent
+    raise AssertionError(f"no Ray worker above {proc}")
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_ray_worker_killed_mid_task_leaves_no_product_and_is_failed_or_retried(
+    cluster: Cluster, batch: Batch, retries: int
+) -> None:
+    batch.router.hold_first.add("victim")
+    tasks = batch.tasks(task_line("victim"))
+    watch = ProcessWatch()
+    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
+        [*batch.argv(cluster, tasks), "--ray-retries", str(retries)],
+        env=cluster.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        while batch.model.holding < 1:  # the product is mid-task: its request is held
+            if proc.poll() is not None:
+                pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
+            time.sleep(0.05)
+        (codex,) = [seen.process for seen in watch.alive() if seen.name == "codex"]
+        worker = _ancestor_worker(codex)
+        parents = codex.parents()
+        guards = parents[: parents.index(worker)]  # between the worker and the product
+        tree = [codex, *codex.children(recursive=True), *guards]
+        worker.send_signal(signal.SIGKILL)
+        _, alive = psutil.wait_procs(tree, timeout=60)
+        assert alive == [], "the killed worker's product tree survived it"
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    (record,) = batch.records().values()
+    if retries == 0:
+        assert proc.returncode == 1, err
+        assert record["stop_reason"] == "error"
+        assert record["diagnostic"] == (
+            "the Ray worker running this task died (WorkerCrashedError; --ray-retries 0)"
+        )
+        assert batch.router.count("victim") == 1
+    else:
+        assert proc.returncode == 0, err
+        assert (record["stop_reason"], record["answer"]) == ("completed", answer_for("victim"))
+        assert batch.router.count("victim") == 2
+    assert out == ""  # Ray's own notice of the dead worker goes to stderr with dsh's lines
+    assert "A worker died or was killed" in err
