@@ -44,7 +44,7 @@ CASES = {
 async def once(root: Path, body: str) -> float:
     marker = root / "escaped"
     command = f"setsid sh -c \"echo $$ > {marker}; {body}\" > /dev/null 2>&1 &"
-    script = [
+    script: list[FunctionCall | Hold] = [
         FunctionCall((("exec_command", {"cmd": command}),)),
         Hold(then=PlainAnswer("too late")),
     ]
@@ -73,7 +73,7 @@ async def once(root: Path, body: str) -> float:
                     ),
                 )
                 await anyio.to_thread.run_sync(fixture.wait_for_hold, 60.0)
-                while not marker.exists():
+                while not marker.exists():  # noqa: ASYNC110 - a file another process writes
                     await anyio.sleep(0.005)
                 started = time.perf_counter()
                 cancel.cancel("bench")
