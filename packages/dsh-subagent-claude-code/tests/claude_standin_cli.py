@@ -12,6 +12,8 @@ Steps (``op`` and its fields):
 * ``init`` / ``assistant`` (``text``) / ``permission_denied``: emit that message;
 * ``result``: emit a result message; other fields override the success defaults;
 * ``emit`` (``message``) / ``raw`` (``line``): emit any frame / any stdout line;
+* ``emit_env`` (``message``, ``var``): emit the frame with ``@ENV@`` in every string
+  replaced by that variable's value (a product echoing its environment);
 * ``pad_frame`` (``bytes``, ``newline``): one padding frame of exactly that many bytes;
   with ``newline`` false it stays unterminated and the stand-in then hangs;
 * ``can_use_tool`` (``tool_name``, ``input``): ask the SDK for permission, record the answer;
@@ -67,6 +69,16 @@ def _await_response(request_id: str) -> dict[str, Any]:
                 _responses += 1
                 _save(f"response-{_responses}.json", response)
                 return response
+
+
+def _substitute(value: Any, text: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("@ENV@", text)
+    if isinstance(value, list):
+        return [_substitute(item, text) for item in value]
+    if isinstance(value, dict):
+        return {key: _substitute(item, text) for key, item in value.items()}
+    return value
 
 
 def _result(step: dict[str, Any]) -> dict[str, Any]:
@@ -158,6 +170,8 @@ def main() -> None:
             _send(_result(step))
         elif op == "emit":
             _send(step["message"])
+        elif op == "emit_env":
+            _send(_substitute(step["message"], os.environ.get(step["var"], "")))
         elif op == "raw":
             sys.stdout.write(step["line"] + "\n")
             sys.stdout.flush()

@@ -61,6 +61,8 @@ def test_defaults() -> None:
     assert config.env == {}
     assert config.dispose_grace == 3.0
     assert config.cwd is None
+    assert config.max_budget_usd is None
+    assert (config.deadline_seconds, config.idle_timeout_seconds) == (None, None)
 
 
 @pytest.mark.parametrize("mode", PERMISSION_MODES)
@@ -236,6 +238,7 @@ def test_settings_sources_and_limits_are_left_to_the_sdk_default() -> None:
     argv = _argv()
     assert not any(arg.startswith("--setting-sources") for arg in argv)
     assert "--max-turns" not in argv
+    assert "--max-budget-usd" not in argv
     assert "--no-session-persistence" in argv
 
 
@@ -272,3 +275,31 @@ def test_options_hook_reaches_the_argv() -> None:
     )
     argv = list(provider.launch("/w").argv)
     assert argv[argv.index("--max-turns") + 1] == "1"
+
+
+def test_max_budget_usd_reaches_the_cli_argv_through_the_sdk_builder() -> None:
+    provider = ClaudeCodeProvider(
+        ClaudeCodeConfig(max_budget_usd=0.25), cli_prefix=lambda: ("/bundled/claude",)
+    )
+    argv = list(provider.launch("/w").argv)
+    assert argv[argv.index("--max-budget-usd") + 1] == "0.25"
+    options = dataclasses.replace(
+        build_sdk_options(
+            cwd="/w",
+            permission_mode="dontAsk",
+            model=None,
+            env={},
+            can_use_tool=_deny,
+            elicitation_hook=_hook,
+            max_budget_usd=0.25,
+        ),
+        cli_path="/bundled/claude",
+        permission_prompt_tool_name="stdio",
+    )
+    assert argv == SubprocessCLITransport(prompt="", options=options)._build_command()
+
+
+@pytest.mark.parametrize("amount", [0, -0.5, math.nan, math.inf, True, "0.5"])
+def test_max_budget_usd_must_be_a_positive_finite_number(amount: Any) -> None:
+    with pytest.raises(ValidationError, match="max_budget_usd"):
+        ClaudeCodeConfig.model_validate({"max_budget_usd": amount})

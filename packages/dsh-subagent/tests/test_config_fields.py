@@ -1,18 +1,18 @@
-"""Shared provider-config field validators name the field and keep the core's messages."""
+"""ProductConfig's shared fields: checked once at load, each error naming its field."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Annotated
 
 import pytest
-from dsh_subagent import configured_cwd, env_overlay
-from pydantic import BaseModel, Field, ValidationError
+from dsh_subagent import DEFAULT_DISPOSE_GRACE, ProductConfig
+from dsh_subprocess import MAX_GRACE_SECONDS
+from pydantic import ValidationError
 
 
-class _Config(BaseModel):
-    cwd: Annotated[str | None, configured_cwd("p")] = None
-    env: Annotated[dict[str, str | None], env_overlay("p")] = Field(default_factory=dict)
+class _Config(ProductConfig):
+    provider_name: str = "p"
 
 
 def _only_error(exc: pytest.ExceptionInfo[ValidationError]) -> tuple[tuple[str | int, ...], str]:
@@ -22,9 +22,24 @@ def _only_error(exc: pytest.ExceptionInfo[ValidationError]) -> tuple[tuple[str |
 
 
 def test_valid_values_pass_through(tmp_path: Path) -> None:
-    config = _Config(cwd=str(tmp_path), env={"A": "1", "GONE": None})
+    config = _Config(cwd=str(tmp_path), env={"A": "1", "GONE": None}, dispose_grace=0.5)
     assert config.cwd == str(tmp_path)
     assert config.env == {"A": "1", "GONE": None}
+    assert config.dispose_grace == 0.5
+
+
+def test_defaults_are_no_override_no_overlay_no_budget() -> None:
+    config = _Config()
+    assert (config.cwd, config.env, config.dispose_grace) == (None, {}, DEFAULT_DISPOSE_GRACE)
+    assert (config.deadline_seconds, config.idle_timeout_seconds) == (None, None)
+
+
+def test_a_relative_cwd_resolves_against_the_launch_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert _Config(cwd="work").cwd == str(tmp_path / "work")
 
 
 def test_empty_cwd_is_reported_against_the_cwd_field() -> None:
@@ -32,7 +47,7 @@ def test_empty_cwd_is_reported_against_the_cwd_field() -> None:
         _Config(cwd="")
     loc, msg = _only_error(caught)
     assert loc == ("cwd",)
-    assert "p: config cwd must not be empty" in msg
+    assert "config cwd must not be empty" in msg
 
 
 def test_missing_cwd_is_reported_against_the_cwd_field(tmp_path: Path) -> None:
@@ -47,6 +62,28 @@ def test_missing_cwd_is_reported_against_the_cwd_field(tmp_path: Path) -> None:
 def test_unappliable_env_is_reported_against_the_env_field(env: dict[str, str]) -> None:
     with pytest.raises(ValidationError) as caught:
         _Config(env=env)
-    loc, msg = _only_error(caught)
+    loc, _msg = _only_error(caught)
     assert loc == ("env",)
-    assert "p: env " in msg
+
+
+@pytest.mark.parametrize("grace", [0, -1, math.inf, math.nan, True, "2", MAX_GRACE_SECONDS * 2])
+def test_a_bad_grace_is_reported_against_its_field(grace: object) -> None:
+    with pytest.raises(ValidationError) as caught:
+        _Config(dispose_grace=grace)
+    loc, _msg = _only_error(caught)
+    assert loc == ("dispose_grace",)
+
+
+@pytest.mark.parametrize("field", ["deadline_seconds", "idle_timeout_seconds"])
+def test_budgets_must_be_positive(field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        _Config(**{field: 0})
+    loc, _msg = _only_error(caught)
+    assert loc == (field,)
+
+
+def test_unknown_keys_are_refused_and_the_config_is_frozen() -> None:
+    with pytest.raises(ValidationError):
+        _Config(colour="blue")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        _Config().provider_name = "q"  # type: ignore[misc]

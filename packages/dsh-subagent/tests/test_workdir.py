@@ -148,11 +148,16 @@ def test_resolve_child_cwd_without_any_cwd_fails_loudly(
     )
 
 
-def test_resolve_child_cwd_probes_the_parent_cwd() -> None:
-    with pytest.raises(
-        SubagentError, match=r"^p: parent session cwd must be an absolute path: rel$"
-    ):
+def test_resolve_child_cwd_probes_the_parent_cwd_and_keeps_the_path_off_the_message() -> None:
+    with pytest.raises(SubagentError) as caught:
         resolve_child_cwd("p", None, "rel")
+    assert caught.value.code is SubagentErrorCode.NO_WORKING_DIRECTORY
+    assert caught.value.message == (
+        "p: the parent session cwd is not an absolute, accessible directory"
+    )
+    # The path is kept for the host's own debugging, on the cause only.
+    assert isinstance(caught.value.__cause__, SubagentError)
+    assert caught.value.__cause__.message == "p: parent session cwd must be an absolute path: rel"
 
 
 def test_usable_cwd_rejects_a_path_with_nul_as_inaccessible(tmp_path: Path) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 from dsh_subagent import Grace, ProductConfig
-from pydantic import Field
+from pydantic import AllowInfNan, Field, PositiveFloat, Strict
 
 __all__ = [
     "DEFAULT_DISPOSE_GRACE",
@@ -13,6 +13,7 @@ __all__ = [
     "PERMISSION_MODES",
     "ClaudeCodeConfig",
     "PermissionMode",
+    "UsdAmount",
 ]
 
 DEFAULT_PROVIDER_NAME: Final = "claude-code"
@@ -24,6 +25,9 @@ PermissionMode = Literal["dontAsk", "acceptEdits", "auto", "plan", "bypassPermis
 ``default`` and ``manual`` exist in the CLI but would wait for a human, so they are
 configuration errors here rather than something the CLI is trusted to reject.
 """
+
+UsdAmount = Annotated[PositiveFloat, Strict(), AllowInfNan(False)]
+"""A positive, finite amount of US dollars (a number, never a string or a boolean)."""
 
 PERMISSION_MODES: Final[tuple[PermissionMode, ...]] = (
     "dontAsk",
@@ -52,9 +56,19 @@ class ClaudeCodeConfig(ProductConfig):
         permission_mode: The native permission mode every run uses.
         cwd: Working-directory override; relative paths resolve against the launch
             directory at load. Omitted → the parent session's cwd.
+        deadline_seconds: Wall-clock bound of a run, startup included (the runtime's);
+            none by default.
+        idle_timeout_seconds: Longest stretch the CLI may write nothing (the runtime's);
+            none by default.
+        max_budget_usd: Claude Code's own cost cap for one run, passed as the SDK's
+            ``max_budget_usd`` (``--max-budget-usd``): once the query's cost exceeds it
+            the CLI stops and the run settles ``error`` with category
+            ``error_max_budget_usd``. Omitted → no cap. The CLI checks it between
+            model responses, so a run may end somewhat above it.
     """
 
     provider_name: str = Field(default=DEFAULT_PROVIDER_NAME, min_length=1)
     model: str | None = Field(default=None, min_length=1)
     dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
     permission_mode: PermissionMode = "dontAsk"
+    max_budget_usd: UsdAmount | None = None

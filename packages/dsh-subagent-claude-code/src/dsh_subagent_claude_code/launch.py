@@ -46,12 +46,14 @@ def build_sdk_options(
     env: Mapping[str, str | None],
     can_use_tool: CanUseTool | None,
     elicitation_hook: HookCallback,
+    max_budget_usd: float | None = None,
 ) -> ClaudeAgentOptions:
     """The SDK options of one run.
 
     ``setting_sources`` stays unset on purpose: the SDK default loads the host's native
     user, project and local settings relative to ``cwd``, never copied or modified.
-    ``max_turns`` and ``system_prompt`` are SDK defaults too; no wall-clock timeout.
+    ``max_turns`` and ``system_prompt`` are SDK defaults too; the wall-clock bounds are
+    the runtime's. ``max_budget_usd`` is the product's own cost cap (``None``: none).
     """
     disallowed = list(DISALLOWED_TOOLS)
     if permission_mode == "plan":
@@ -71,6 +73,7 @@ def build_sdk_options(
         extra_args=extra_args,
         can_use_tool=can_use_tool,
         hooks=hooks,
+        max_budget_usd=max_budget_usd,
     )
 
 

@@ -11,7 +11,9 @@ module supplies only the product:
   with a live CLI;
 * :meth:`~ClaudeCodeProvider.run` (stage ``query-run``): the SDK's ``query()`` over
   :class:`~dsh_subagent_claude_code.transport.ManagedCLITransport`, consumed to the end;
-  ``completed`` only for a strict success followed by a normal end of stream.
+  ``completed`` only for a strict success followed by a normal end of stream. Each
+  message is also reported as progress
+  (:class:`~dsh_subagent_claude_code.progress.ClaudeProgress`), the result's usage last.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from dsh_subagent_claude_code.config import ClaudeCodeConfig, PermissionMode
 from dsh_subagent_claude_code.failures import PermissionFact, accepted_answer, result_failure
 from dsh_subagent_claude_code.launch import build_cli_argv, build_env_overlay, build_sdk_options
 from dsh_subagent_claude_code.product import PRODUCT, bundled_cli_path
+from dsh_subagent_claude_code.progress import ClaudeProgress
 from dsh_subagent_claude_code.transport import ManagedCLITransport
 
 __all__ = ["APPROVAL_DENIED_MESSAGE", "MAX_FRAME_BYTES", "ClaudeCodeProvider"]
@@ -209,6 +212,7 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
             env=self.config.env,
             can_use_tool=None if mode == "bypassPermissions" else _deny_every_prompt(run),
             elicitation_hook=_decline_elicitation(run),
+            max_budget_usd=self.config.max_budget_usd,
         )
         return options if self._options_hook is None else self._options_hook(options)
 
@@ -235,6 +239,7 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
         each leaving a permission fact that follows a failure line.
         """
         run = _Run(self.config.permission_mode)
+        progress = ClaudeProgress(child.report, include_commands=child.include_commands)
         messages = cast(
             AsyncGenerator[Message, None],
             query(
@@ -246,6 +251,7 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
         try:
             async for message in messages:
                 run.observe(message)
+                progress.observe(message)
         except Exception as exc:
             # One scheduling point so an exit observed together with the error is visible.
             await anyio.lowlevel.checkpoint()

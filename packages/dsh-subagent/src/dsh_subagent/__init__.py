@@ -8,8 +8,6 @@ from dsh_subagent.config_fields import (
     EnvOverlay,
     Grace,
     ProductConfig,
-    configured_cwd,
-    env_overlay,
 )
 from dsh_subagent.delegate import delegate, delegate_sync
 from dsh_subagent.diagnostics import (
@@ -210,10 +208,8 @@ __all__ = [
     "assert_positive_finite",
     "assert_usable_cwd",
     "check_max_depth",
-    "configured_cwd",
     "delegate",
     "delegate_sync",
-    "env_overlay",
     "format_product_failure",
     "limit_diagnostic",
     "mount_subagent_tool",

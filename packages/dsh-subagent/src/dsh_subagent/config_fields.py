@@ -37,8 +37,6 @@ __all__ = [
     "EnvOverlay",
     "Grace",
     "ProductConfig",
-    "configured_cwd",
-    "env_overlay",
 ]
 
 DEFAULT_DISPOSE_GRACE = 2.0
@@ -115,31 +113,3 @@ class ProductConfig(BaseModel):
     dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
     deadline_seconds: PositiveFloat | None = None
     idle_timeout_seconds: PositiveFloat | None = None
-
-
-# -- transitional: the per-prefix validators the providers used before ProductConfig ------
-
-
-def configured_cwd(prefix: str) -> AfterValidator:
-    """Validate an optional ``cwd`` override once, at load (prefer :data:`ConfiguredCwd`)."""
-
-    def check(value: str | None) -> str | None:
-        try:
-            return validate_configured_cwd(prefix, value)
-        except SubagentError as exc:
-            raise ValueError(exc.message) from None
-
-    return AfterValidator(check)
-
-
-def env_overlay(prefix: str) -> AfterValidator:
-    """Refuse, at load, an env overlay the OS could not apply (prefer :data:`EnvOverlay`)."""
-
-    def check(value: dict[str, str | None]) -> dict[str, str | None]:
-        try:
-            check_env_overlay(value)
-        except ValueError as exc:
-            raise ValueError(f"{prefix}: {exc}") from None
-        return value
-
-    return AfterValidator(check)

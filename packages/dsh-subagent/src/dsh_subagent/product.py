@@ -42,8 +42,6 @@ from dsh_subagent.errors import (
     ProductStartError,
     ProductTeardownError,
     StartCancelledError,
-    SubagentError,
-    SubagentErrorCode,
 )
 from dsh_subagent.lines import (
     DEFAULT_MAX_LINE_BYTES,
@@ -63,7 +61,7 @@ from dsh_subagent.types import (
     SubagentRun,
     TextBlock,
 )
-from dsh_subagent.workdir import assert_usable_cwd
+from dsh_subagent.workdir import resolve_child_cwd
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -263,23 +261,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         return f"{self.prefix}: the request was cancelled before the run was published"
 
     def _resolve_cwd(self, request: ResolvedSubagentStartRequest) -> str:
-        if self.config.cwd is not None:
-            return self.config.cwd
-        parent = request.parent.cwd
-        if parent is None:
-            raise SubagentError(
-                SubagentErrorCode.NO_WORKING_DIRECTORY,
-                f"{self.prefix}: no working directory for the child — configure `cwd` or "
-                "delegate from a parent session that has one",
-            )
-        try:
-            return assert_usable_cwd(self.prefix, "parent session cwd", parent)
-        except SubagentError as exc:
-            # The probe's message names the path: keep it on the cause chain only.
-            raise SubagentError(
-                SubagentErrorCode.NO_WORKING_DIRECTORY,
-                f"{self.prefix}: the parent session cwd is not an absolute, accessible directory",
-            ) from exc
+        return resolve_child_cwd(self.prefix, self.config.cwd, request.parent.cwd)
 
     def _stderr_logger(self, run_id: str) -> StderrObserver:
         logger = logging.getLogger(f"dsh.product.{_slug(self.product)}")

@@ -143,7 +143,9 @@ def resolve_child_cwd(prefix: str, configured: str | None, parent_cwd: str | Non
         SubagentError: ``NO_WORKING_DIRECTORY`` when neither exists
             (``<prefix>: no working directory for the child — configure `cwd` or
             delegate from a parent session that has one``) or when the parent cwd fails
-            the probe (``<prefix>: parent session cwd ...``).
+            the probe (``<prefix>: the parent session cwd is not an absolute, accessible
+            directory``: the path itself stays on ``__cause__``, never in the message a
+            model or a log may see).
     """
     if configured is not None:
         return configured
@@ -153,4 +155,10 @@ def resolve_child_cwd(prefix: str, configured: str | None, parent_cwd: str | Non
             f"{prefix}: no working directory for the child — configure `cwd` or delegate "
             "from a parent session that has one",
         )
-    return assert_usable_cwd(prefix, "parent session cwd", parent_cwd)
+    try:
+        return assert_usable_cwd(prefix, "parent session cwd", parent_cwd)
+    except SubagentError as exc:
+        raise SubagentError(
+            SubagentErrorCode.NO_WORKING_DIRECTORY,
+            f"{prefix}: the parent session cwd is not an absolute, accessible directory",
+        ) from exc
