@@ -29,7 +29,6 @@ from dsh_cli.loader import Composition, compose
 from dsh_cli.logs import cli_logging
 from dsh_cli.profile import read_profile
 
-from dsh_mcp.http import TOKEN_ENV, new_token, serve_http
 from dsh_mcp.server import ToolServer, open_tool_server
 from dsh_mcp.settings import ServerSettings, resolve_settings
 from dsh_mcp.stdio import stdio_transport
@@ -77,7 +76,7 @@ def build_parser(prog: str = "dsh-mcp") -> argparse.ArgumentParser:
     parser.add_argument(
         "--http",
         action="store_true",
-        help=f"serve streamable HTTP on 127.0.0.1 (bearer token: ${TOKEN_ENV}, else generated "
+        help="serve streamable HTTP on 127.0.0.1 (bearer token: $DSH_MCP_TOKEN, else generated "
         "and shown once on stderr)",
     )
     parser.add_argument(
@@ -121,6 +120,8 @@ async def _serve_stdio(tool_server: ToolServer, stop: anyio.Event) -> None:
 
         async def stop_when_asked() -> None:
             await stop.wait()
+            # Every handler is interrupted in the same tick: each waits until its run is
+            # gone, then the SDK answers its request "Connection closed".
             tool_server.cancel_calls(_STOPPING)
             group.cancel_scope.cancel()
 
@@ -155,6 +156,7 @@ async def _serve(
                 if token is None:
                     await _serve_stdio(tool_server, stop)
                 else:
+                    from dsh_mcp.http import serve_http
 
                     def ready(url: str) -> None:
                         print(f"dsh mcp: listening on {url}", file=err, flush=True)
@@ -167,6 +169,8 @@ async def _serve(
 
 
 def _http_token(err: TextIO) -> str:
+    from dsh_mcp.http import TOKEN_ENV, new_token
+
     token = os.environ.get(TOKEN_ENV, "")
     if token.strip():
         return token.strip()

@@ -166,6 +166,7 @@ async def serve_http(
     async def stop_when_asked() -> None:
         await stop.wait()
         tool_server.cancel_calls("the dsh mcp server is stopping")
+        await tool_server.wait_calls()
         server.should_exit = True
 
     async with anyio.create_task_group() as group:

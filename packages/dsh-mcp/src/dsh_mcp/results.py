@@ -56,7 +56,7 @@ def _usage_line(usage: Usage) -> str:
     if usage.output_tokens is not None:
         parts.append(f"{usage.output_tokens} output tokens")
     if usage.cost_usd is not None:
-        parts.append(f"${usage.cost_usd:.4f}")
+        parts.append("$" + f"{usage.cost_usd:.6f}".rstrip("0").rstrip("."))
     return "usage: " + (", ".join(parts) or "reported")
 
 

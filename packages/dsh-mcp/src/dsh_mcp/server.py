@@ -44,13 +44,22 @@ from dsh_mcp.settings import ServerSettings
 from dsh_mcp.slots import DelegationSlots, busy_message
 from dsh_mcp.workspace import WorkspaceError, client_root
 
-__all__ = ["CLIENT_CANCELLED", "NOTICE_LOGGER", "SERVER_NAME", "ToolServer", "open_tool_server"]
+__all__ = [
+    "CALLS_LOGGER",
+    "CLIENT_CANCELLED",
+    "NOTICE_LOGGER",
+    "SERVER_NAME",
+    "ToolServer",
+    "open_tool_server",
+]
 
 _log = logging.getLogger("dsh_mcp")
 
 SERVER_NAME: Final = "dsh"
 NOTICE_LOGGER: Final = "dsh.jobs"
 """The ``logger`` of the log entries that carry background Job completion notices."""
+CALLS_LOGGER: Final = "dsh.calls"
+"""The ``logger`` of the log entry that confirms how a cancelled call ended."""
 CLIENT_CANCELLED: Final = "cancelled by the MCP client"
 """The cancel reason of a call the client cancelled or left."""
 
@@ -67,6 +76,7 @@ _LEVELS: Final[tuple[types.LoggingLevel, ...]] = (
     "emergency",
 )
 _NOTICE_LEVEL: Final[types.LoggingLevel] = "notice"
+_LOG_SEND_SECONDS: Final = 1.0  # a log entry never holds up a teardown for longer
 _INSTRUCTIONS: Final = (
     "Each subagent tool hands one complete, self-contained task to a separate coding agent "
     "and returns its final answer. Job tools collect or stop background delegations."
@@ -140,6 +150,8 @@ class ToolServer:
         self._connections: dict[str, _Connection] = {}
         self._held: dict[str, Callable[[], None]] = {}
         self._live: set[CancelController] = set()
+        self._calls_changed = anyio.Event()
+        self._stopping: str | None = None
         self.slots = DelegationSlots(
             settings.max_concurrent_delegations, settings.slot_wait_seconds
         )
@@ -209,7 +221,9 @@ class ToolServer:
         connection = self._connection(ctx)
         if tool.name not in self._delegations:
             parent = connection.parent(self._settings.workspace)
-            outcome = await self._in_call_task(tool, arguments, parent, ctx, delegation=False)
+            outcome = await self._in_call_task(
+                tool, arguments, parent, ctx, connection, delegation=False
+            )
             return tool_result(outcome.result)
         try:
             workspace = await self._workspace(ctx)
@@ -218,8 +232,9 @@ class ToolServer:
         if not await self.slots.acquire():
             message = busy_message(self.slots.limit, self.slots.wait_seconds)
             return delegation_result(_error(message))
+        parent = connection.parent(workspace)
         outcome = await self._in_call_task(
-            tool, arguments, connection.parent(workspace), ctx, delegation=True
+            tool, arguments, parent, ctx, connection, delegation=True
         )
         return delegation_result(outcome.result, settled=outcome.settled, job_id=outcome.job_id)
 
@@ -229,6 +244,7 @@ class ToolServer:
         arguments: Mapping[str, object],
         parent: ParentContext,
         ctx: ServerRequestContext[Any, Any],
+        connection: _Connection,
         *,
         delegation: bool,
     ) -> _Outcome:
@@ -248,11 +264,36 @@ class ToolServer:
         try:
             await outcome.done.wait()
         except anyio.get_cancelled_exc_class():
-            controller.cancel(CLIENT_CANCELLED)
+            # The client cancelled the call or left, or the server is stopping.
+            controller.cancel(self._stopping or CLIENT_CANCELLED)
             with anyio.CancelScope(shield=True):
                 await outcome.done.wait()
+                if delegation and self._stopping is None:
+                    ended = (
+                        f"the run ended {outcome.settled.stop_reason} and its process tree "
+                        "has exited"
+                        if outcome.settled is not None
+                        else "no run was left running"
+                    )
+                    text = f"{tool.name}: call cancelled ({CLIENT_CANCELLED}); {ended}"
+                    await self._log(connection, "info", CALLS_LOGGER, text)
             raise
         return outcome
+
+    async def _log(
+        self, connection: _Connection, level: types.LoggingLevel, logger: str, text: str
+    ) -> None:
+        """Send one ``notifications/message`` to the connection; best effort, bounded."""
+        if not connection.wants(level):
+            return
+        notification = types.LoggingMessageNotification(
+            params=types.LoggingMessageNotificationParams(level=level, logger=logger, data=text)
+        )
+        try:
+            with anyio.move_on_after(_LOG_SEND_SECONDS):
+                await connection.session.send_notification(notification)
+        except Exception as exc:  # the client may be gone
+            _log.info("dsh_mcp: log entry not delivered: %s", type(exc).__name__)
 
     async def _run_call(
         self,
@@ -287,16 +328,27 @@ class ToolServer:
             outcome.result = _error(f"internal error ({type(exc).__name__})")
         finally:
             self._live.discard(controller)
+            self._calls_changed.set()
+            self._calls_changed = anyio.Event()
             if delegation and not keep_slot:
                 self.slots.release()
             outcome.done.set()
 
     def cancel_calls(self, reason: str) -> int:
-        """Cancel every call still running (server shutdown); returns how many."""
+        """Cancel every call still running (the server is stopping); returns how many.
+
+        Calls whose handlers are cancelled from now on are cancelled with ``reason``.
+        """
+        self._stopping = reason
         live = list(self._live)
         for controller in live:
             controller.cancel(reason)
         return len(live)
+
+    async def wait_calls(self) -> None:
+        """Wait until no call is running (after :meth:`cancel_calls`, their runs are gone)."""
+        while self._live:
+            await self._calls_changed.wait()
 
     # -- background jobs ---------------------------------------------------------------
 
@@ -340,17 +392,8 @@ class ToolServer:
                     (c for c in self._connections.values() if c.session_id == owner.session_id),
                     None,
                 )
-                if connection is None or not connection.wants(_NOTICE_LEVEL):
-                    continue
-                notification = types.LoggingMessageNotification(
-                    params=types.LoggingMessageNotificationParams(
-                        level=_NOTICE_LEVEL, logger=NOTICE_LOGGER, data=text
-                    )
-                )
-                try:
-                    await connection.session.send_notification(notification)
-                except Exception as exc:  # best effort: the client may be gone
-                    _log.info("dsh_mcp: notice not delivered: %s", type(exc).__name__)
+                if connection is not None:
+                    await self._log(connection, _NOTICE_LEVEL, NOTICE_LOGGER, text)
 
 
 @dataclass(eq=False)
