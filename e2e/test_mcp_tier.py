@@ -165,7 +165,7 @@ async def test_the_readme_snippet_lists_the_tools_and_delegates_to_both_real_pro
         )
     )
     logs: list[types.LoggingMessageNotificationParams] = []
-    progress: list[tuple[float, str | None]] = []
+    reported: list[tuple[float, str | None]] = []
     noticed = anyio.Event()
 
     async def on_log(params: types.LoggingMessageNotificationParams) -> None:
@@ -173,8 +173,8 @@ async def test_the_readme_snippet_lists_the_tools_and_delegates_to_both_real_pro
         if params.logger == "dsh.jobs":
             noticed.set()
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append((value, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append((progress, message))
 
     with ProcessWatch() as watch:
         async with (
@@ -211,10 +211,10 @@ async def test_the_readme_snippet_lists_the_tools_and_delegates_to_both_real_pro
     assert isinstance(usage, dict)
     assert (usage["input_tokens"], usage["output_tokens"]) == (7, 1)  # the fixture's numbers
     assert isinstance(usage["cost_usd"], float)  # as the Claude Code CLI computed it
-    messages_seen = [message for _, message in progress]
+    messages_seen = [message for _, message in reported]
     assert messages_seen[0] == "started working"
     assert f"assistant: {CLAUDE_ANSWER}" in messages_seen
-    assert [value for value, _ in progress] == list(range(1, len(progress) + 1))
+    assert [value for value, _ in reported] == list(range(1, len(reported) + 1))
     assert (_text(codex), codex.is_error) == (CODEX_ANSWER, False)
     assert _text(started) == "started background subagent job subagent-1"
     notice = next(entry for entry in logs if entry.logger == "dsh.jobs")
