@@ -28,6 +28,7 @@ DISTRIBUTIONS = {
     "dsh-subagent-claude-code": "dsh_subagent_claude_code",
     "dsh-subagent-acp": "dsh_subagent_acp",
     "dsh-cli": "dsh_cli",
+    "dsh-mcp": "dsh_mcp",
     "dsh-contract-tests": "dsh_contract_tests",
 }
 

@@ -28,6 +28,7 @@ RELEASE_SET: Final = (
     "dsh-subagent-claude-code",
     "dsh-subagent-acp",
     "dsh-cli",
+    "dsh-mcp",
     "dsh-contract-tests",
 )
 """Every published distribution, in dependency order."""

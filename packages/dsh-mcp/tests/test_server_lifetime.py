@@ -173,3 +173,23 @@ def test_a_sigkilled_client_leaves_no_process(box: Sandbox) -> None:
     left, took = _gone_within(tree, LIFETIME_SECONDS)
     assert left == [], f"still running {took:.2f} s after the client was killed: {left}"
     reap_adopted_zombies()
+
+
+HANG_GUARD_SECONDS = 30.0
+"""Only a hang guard: the server itself is gone at once and its guard reaps what it left."""
+
+
+async def test_a_sigkilled_server_leaves_no_product_behind(box: Sandbox) -> None:
+    token = box.token()
+    results: list[object] = []
+    async with serve(box, box.profile()) as client:
+        server = server_process()
+        async with anyio.create_task_group() as group:
+            await _start_holding(client, box, token, group, results)
+            products = _products(server)
+            assert products
+            server.kill()  # no handler runs: dsh-subprocess's guard sees its host die
+            left = await anyio.to_thread.run_sync(wait_gone, products, HANG_GUARD_SECONDS)
+    assert [p.pid for p in left] == []
+    assert isinstance(results[0], MCPError)  # the client learns the connection is gone
+    reap_adopted_zombies()

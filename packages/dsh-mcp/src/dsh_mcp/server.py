@@ -375,14 +375,14 @@ class ToolServer:
         if release is not None:
             release()
 
-    def notice(self, owner: ParentContext, text: str) -> None:
+    def _notice(self, owner: ParentContext, text: str) -> None:
         """The registry's notice sink: queue a completion notice for the owner's client."""
         try:
             self._notices.send_nowait((owner, text))
         except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
             _log.warning("dsh_mcp: a job completion notice was dropped (queue full or closed)")
 
-    async def relay_notices(
+    async def _relay_notices(
         self, receive: MemoryObjectReceiveStream[tuple[ParentContext, str]]
     ) -> None:
         """Send queued completion notices to their connections as log entries."""
@@ -440,7 +440,7 @@ async def open_tool_server(
 
     def sink(owner: ParentContext, text: str) -> None:
         if holder:
-            holder[0].notice(owner, text)
+            holder[0]._notice(owner, text)
 
     async with (
         open_runtime(composition, notice_sink=sink) as runtime,
@@ -448,7 +448,7 @@ async def open_tool_server(
     ):
         tool_server = ToolServer(runtime, settings, calls, send)
         holder.append(tool_server)
-        calls.start_soon(tool_server.relay_notices, receive)
+        calls.start_soon(tool_server._relay_notices, receive)
         try:
             yield tool_server
         finally:
