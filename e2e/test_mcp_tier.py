@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -27,11 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import claude_agent_sdk
 import mcp_types as types
 import psutil
 import pytest
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_subagent import delegate
+from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_codex import CodexConfig, CodexProvider
 from dsh_subprocess.testing import ProcessWatch, reap_adopted_zombies, wait_gone
 from mcp import ClientSession
@@ -379,3 +382,81 @@ def test_the_real_codex_app_server_delegates_to_claude_code_through_dsh_mcp(
     names = {p.name for p in watch.seen}
     assert {"codex", "claude", "dsh"} <= names, names
     assert left == []
+
+
+CLAUDE_CLI = Path(claude_agent_sdk.__file__).resolve().parent / "_bundled" / "claude"
+
+
+def _claude_tool_results(request: messages.RecordedRequest) -> list[str]:
+    found = []
+    body = request.body if isinstance(request.body, dict) else {}
+    for message in body.get("messages", []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                found.append(block["content"] if isinstance(block["content"], str) else "")
+    return found
+
+
+def test_the_real_claude_code_added_with_claude_mcp_add_delegates_to_codex(
+    products: Products, tmp_path: Path
+) -> None:
+    """The README's ``claude mcp add`` line, run by the real CLI, makes Claude Code a client.
+
+    Claude Code's model (the Messages fixture) calls ``mcp__dsh__subagent_codex``; dsh
+    delegates to the real Codex; the fixture's second answer relays the tool result.
+    """
+    products.codex_model.enqueue(responses.PlainAnswer(CODEX_ANSWER, "final_answer"))
+    codex_only = tmp_path / "codex-only.toml"
+    codex_only.write_text(
+        products.profile.read_text(encoding="utf-8").replace(
+            '[[tools]]\nname = "subagent_claude_code"\nprovider = "claude-keyless"', ""
+        ),
+        encoding="utf-8",
+    )
+    delegated = {"description": "ask Codex", "prompt": TASK}
+
+    def route(request: messages.RecordedRequest) -> messages.Behaviour:
+        results = _claude_tool_results(request)
+        if results:
+            return messages.TextAnswer(f"Codex says: {results[-1]}")
+        return messages.ToolUse("mcp__dsh__subagent_codex", delegated)
+
+    with messages.MessagesFixture(route=route) as claude_model:
+        # Claude Code asks before it calls an MCP tool; an unattended run allows dsh's.
+        outer = messages.keyless_claude_home(
+            tmp_path / "outer-claude",
+            claude_model.base_url,
+            settings={"permissions": {"allow": ["mcp__dsh"]}},
+        )
+        line = _placeholders(readme_block("bash", 1), codex_only, products.workspace).strip()
+        argv = shlex.split(line)
+        assert argv[:5] == ["claude", "mcp", "add", "dsh", "--"]
+        argv[0], argv[5] = str(CLAUDE_CLI), str(DSH)
+        env = {**os.environ, **{k: v for k, v in outer.env.items() if v is not None}}
+        added = subprocess.run(
+            argv, cwd=products.workspace, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert added.returncode == 0, added.stderr
+        provider = ClaudeCodeProvider(ClaudeCodeConfig(env=dict(outer.env)))
+        with ProcessWatch() as watch:
+            result = anyio.run(
+                functools.partial(
+                    delegate, provider, "Ask Codex for the sentinel.", cwd=str(products.workspace)
+                )
+            )
+            left = watch.alive()
+        first, second = claude_model.message_requests()
+    assert result.stop_reason == "completed", result.diagnostic
+    (output,) = _claude_tool_results(second)
+    assert json.loads(output) == {"text": CODEX_ANSWER, "stop_reason": "completed", "usage": None}
+    assert result.text == f"Codex says: {output}"
+    _assert_one_codex_request(products)
+    assert {"claude", "dsh", "codex"} <= {p.name for p in watch.seen}
+    assert left == []
+    assert first.is_message
+
+
+def _assert_one_codex_request(products: Products) -> None:
+    (request,) = products.codex_model.requests
+    assert TASK in request.input_texts()
