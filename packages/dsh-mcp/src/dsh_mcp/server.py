@@ -65,6 +65,7 @@ CLIENT_CANCELLED: Final = "cancelled by the MCP client"
 
 _BACKGROUND_STARTED: Final = "started background subagent job "
 _NOTICE_BUFFER: Final = 256
+_MAX_CONNECTIONS: Final = 256  # HTTP sessions come and go; the oldest entries are forgotten
 _LEVELS: Final[tuple[types.LoggingLevel, ...]] = (
     "debug",
     "info",
@@ -198,6 +199,9 @@ class ToolServer:
         key = _connection_key(ctx)
         connection = self._connections.get(key)
         if connection is None:
+            while len(self._connections) >= _MAX_CONNECTIONS:
+                # Only notice routing is lost: Jobs stay visible by their session id.
+                del self._connections[next(iter(self._connections))]
             connection = self._connections[key] = _Connection(key, ctx.session)
         else:
             connection.session = ctx.session  # the latest request's view of the connection

@@ -54,6 +54,10 @@ async def _ready(fd: int, *, regular: bool, write: bool) -> None:
         await anyio.wait_readable(fd)
 
 
+def _too_long() -> MessageTooLongError:
+    return MessageTooLongError(f"inbound message longer than {MAX_MESSAGE_BYTES} bytes dropped")
+
+
 def _parse(line: bytes) -> SessionMessage | Exception:
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
@@ -85,18 +89,16 @@ async def _read_lines(fd: int, send: MemoryObjectSendStream[SessionMessage | Exc
                 buffer += piece
                 line = bytes(buffer)
                 buffer.clear()
-                if line.strip():
+                if len(line) > MAX_MESSAGE_BYTES:
+                    await send.send(_too_long())
+                elif line.strip():
                     await send.send(_parse(line))
             if not discarding:
                 buffer += chunk[start:]
                 if len(buffer) > MAX_MESSAGE_BYTES:
                     buffer.clear()
-                    discarding = True
-                    await send.send(
-                        MessageTooLongError(
-                            f"inbound message longer than {MAX_MESSAGE_BYTES} bytes dropped"
-                        )
-                    )
+                    discarding = True  # until the end of this line
+                    await send.send(_too_long())
         if buffer.strip() and not discarding:
             await send.send(_parse(bytes(buffer)))
 
