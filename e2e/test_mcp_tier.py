@@ -7,8 +7,9 @@ Both products answer through the loopback model fixtures, each in its own tempor
 CODEX_HOME, CLAUDE_CONFIG_DIR and TMPDIR. The client configurations come from the
 dsh-mcp README's snippets, so a snippet that stops working fails here.
 
-Lifetime is measured as the server promises it (docs/mcp.md): after the client is SIGKILLed, no process
-of the server's tree may be left 2 s later (a bounded wait, not a performance figure).
+Lifetime is measured as the server promises it (docs/mcp.md): after the client is
+SIGKILLed, no process of the server's tree may be left 2 s later (a bounded wait, not a
+performance figure).
 """
 
 from __future__ import annotations
