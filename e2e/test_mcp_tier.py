@@ -132,6 +132,8 @@ def _snippet_params(products: Products) -> StdioServerParameters:
     config = json.loads(
         _placeholders(readme_block("json", 0), products.profile, products.workspace)
     )
+    # Cursor's snippet is the same mcpServers entry, so this covers both.
+    assert json.loads(readme_block("json", 1)) == json.loads(readme_block("json", 0))
     server = config["mcpServers"]["dsh"]
     assert server["command"] == "dsh"
     return StdioServerParameters(
