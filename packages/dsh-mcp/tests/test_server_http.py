@@ -12,6 +12,7 @@ import http.client
 import json
 import re
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -151,3 +152,31 @@ async def test_the_official_http_client_with_the_token_lists_and_delegates(
         with contextlib.suppress(psutil.Error):
             running.append(proc.cmdline())
     assert [argv for argv in running if not is_guard(argv)] == []  # the product's tree is gone
+
+
+def test_a_taken_port_and_a_port_without_http_are_one_line_each(box: Sandbox) -> None:
+    profile = str(box.profile())
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        busy = subprocess.run(
+            [str(DSH), "mcp", profile, "--http", "--port", port],
+            env={**box.env, "DSH_MCP_TOKEN": "chosen"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert busy.returncode == 1
+    assert busy.stderr.splitlines()[-1] == (
+        f"dsh mcp: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
+    assert "bearer token" not in busy.stderr  # a token from DSH_MCP_TOKEN is never shown
+    usage = subprocess.run(
+        [str(DSH), "mcp", profile, "--port", port],
+        env=box.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (usage.returncode, usage.stderr) == (2, "dsh mcp: error: --port needs --http\n")

@@ -196,19 +196,29 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "dsh-mcp") -> int:
             if not 0 <= args.port <= 65535:
                 raise UsageError("--port must be between 0 and 65535")
             token = _http_token(err) if args.http else None
-            anyio.run(_serve, composition, settings, args, token, err, backend="asyncio")
         except DshCliError as exc:
             print(f"{prog}: error: {exc}", file=err)
             return EXIT_USAGE
-        except OSError as exc:
-            print(f"{prog}: error: {exc.strerror or type(exc).__name__}", file=err)
-            return EXIT_FAILED
-        except Exception as exc:
-            print(f"{prog}: error: internal error ({type(exc).__name__})", file=err)
-            if args.verbose:
-                traceback.print_exception(exc, file=err)
+        try:
+            anyio.run(_serve, composition, settings, args, token, err, backend="asyncio")
+        except Exception as raised:
+            leaf = _leaf(raised)
+            if isinstance(leaf, OSError) and args.http:
+                reason = leaf.strerror or type(leaf).__name__
+                print(f"{prog}: error: cannot listen on 127.0.0.1:{args.port}: {reason}", file=err)
+            else:
+                print(f"{prog}: error: internal error ({type(leaf).__name__})", file=err)
+                if args.verbose:
+                    traceback.print_exception(raised, file=err)
             return EXIT_FAILED
     return EXIT_OK
+
+
+def _leaf(exc: Exception) -> Exception:
+    """The one exception a task group wrapped (or ``exc`` itself)."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _interrupted(exc: BaseException) -> bool:
