@@ -30,6 +30,7 @@ DISTRIBUTIONS = {
     "dsh-cli": "dsh_cli",
     "dsh-pydantic-ai": "dsh_pydantic_ai",
     "dsh-openai-agents": "dsh_openai_agents",
+    "dsh-mcp": "dsh_mcp",
     "dsh-contract-tests": "dsh_contract_tests",
 }
 

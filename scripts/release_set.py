@@ -30,6 +30,7 @@ RELEASE_SET: Final = (
     "dsh-cli",
     "dsh-pydantic-ai",
     "dsh-openai-agents",
+    "dsh-mcp",
     "dsh-contract-tests",
 )
 """Every published distribution, in dependency order."""

@@ -363,3 +363,29 @@ def test_close_cuts_a_stalled_stream() -> None:
     worker.join(timeout=10)
     assert not worker.is_alive()
     assert b"response.completed" not in results[0]
+def test_a_namespaced_function_call_reaches_a_tool_inside_that_namespace() -> None:
+    call = FunctionCall((("delegate", {"prompt": "p"}),), namespace="mcp__dsh")
+    tools = {
+        "tools": [
+            {"type": "function", "name": "delegate"},  # same name outside: not this one
+            {
+                "type": "namespace",
+                "name": "mcp__dsh",
+                "tools": [{"type": "function", "name": "delegate"}],
+            },
+        ]
+    }
+    follow_up = {"input": [{"type": "function_call_output", "call_id": "c", "output": "ANSWER"}]}
+    with ResponsesFixture([call, PlainAnswer("done")]) as fixture:
+        _, _, raw = _post(fixture, tools)
+        _post(fixture, follow_up)
+        missing = FunctionCall((("delegate", {}),), namespace="mcp__other")
+        fixture.enqueue(missing)
+        status, _, _ = _post(fixture, tools)
+    done = [e for e in _events(raw) if e["type"] == "response.output_item.done"]
+    assert (done[0]["item"]["name"], done[0]["item"]["namespace"]) == ("delegate", "mcp__dsh")
+    first, second, _ = fixture.requests
+    assert first.advertised_tools("mcp__dsh") == ["delegate"]
+    assert first.advertised_tools("mcp__other") == []
+    assert second.function_call_outputs() == ["ANSWER"]
+    assert status == 500  # no such namespace advertised

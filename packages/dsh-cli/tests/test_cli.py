@@ -6,8 +6,10 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
+import types
 from pathlib import Path
 from typing import ClassVar
 
@@ -15,14 +17,17 @@ import anyio
 import pytest
 from dsh_cli import StaticDiscovery, load_profile, open_runtime
 from dsh_cli.cli import EXIT_CODES, exit_code_for, main
+from dsh_cli.profile import read_profile
 from dsh_subagent import (
     Budget,
+    CancelController,
     ParentContext,
     ProductStartError,
     SubagentStartRequest,
     TextBlock,
 )
 from dsh_subagent.testing import Script, ScriptedProvider
+from dsh_subagent.tool import ToolCallContext, run_tool_call
 from pydantic import BaseModel, ConfigDict
 
 
@@ -417,3 +422,73 @@ def test_json_record_carries_the_result_and_nothing_else_reaches_stdout(
     }
     assert record["elapsed_seconds"] >= 0
     assert "Partial output" not in captured.err
+def test_mcp_without_dsh_mcp_installed_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `dsh mcp` imports dsh-mcp only when asked; here it "is not installed".
+    monkeypatch.setitem(sys.modules, "dsh_mcp", None)
+    monkeypatch.delitem(sys.modules, "dsh_mcp.cli", raising=False)
+    assert main(["-v", "mcp", "profile.toml", "--http"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "dsh: error: `dsh mcp` needs the dsh-mcp distribution, which is not installed "
+        "(pip install dsh-mcp)\n"
+    )
+
+
+def test_mcp_hands_every_argument_after_mcp_to_dsh_mcp(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[list[str], str]] = []
+
+    def fake_main(argv: list[str], *, prog: str) -> int:
+        seen.append((argv, prog))
+        return 7
+
+    fake = types.ModuleType("dsh_mcp.cli")
+    fake.main = fake_main  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "dsh_mcp.cli", fake)
+    assert main(["mcp", "p.toml", "--workspace", "w", "-v"]) == 7
+    assert main(["--verbose", "mcp", "--help"]) == 7
+    assert seen == [
+        (["p.toml", "--workspace", "w", "-v"], "dsh mcp"),
+        (["--verbose", "--help"], "dsh mcp"),
+    ]
+
+
+def test_the_profiles_mcp_table_is_left_to_dsh_mcp(tmp_path: Path) -> None:
+    path = _profile(tmp_path)
+    path.write_text(
+        path.read_text(encoding="utf-8") + '\n[mcp]\nworkspace = "."\nanything = 1\n',
+        encoding="utf-8",
+    )
+    composition = load_profile(str(path), discovery=DISCOVERY)
+    assert composition.tool_names[0] == "subagent_worker"
+    assert read_profile(path).mcp == {"workspace": ".", "anything": 1}
+
+
+def test_open_runtime_hands_completion_notices_to_the_sink(tmp_path: Path) -> None:
+    composition = load_profile(str(_profile(tmp_path)), discovery=DISCOVERY)
+    notices: list[tuple[str, str]] = []
+    parent = ParentContext(session_id="s", cwd=str(tmp_path))
+
+    async def body() -> None:
+        arrived = anyio.Event()
+
+        def sink(owner: ParentContext, text: str) -> None:
+            notices.append((owner.session_id, text))
+            arrived.set()
+
+        async with open_runtime(composition, notice_sink=sink) as runtime:
+            started = await run_tool_call(
+                runtime.tools["subagent_worker"],
+                {"description": "d", "prompt": "p", "run_in_background": True},
+                ToolCallContext(parent=parent, cancel=CancelController().signal),
+            )
+            assert started.text == "started background subagent job subagent-1"
+            with anyio.fail_after(30):
+                await arrived.wait()
+
+    anyio.run(body)
+    (owner, text) = notices[0]
+    assert owner == "s"
+    assert text.startswith("background job subagent-1 (subagent: d) finished [status: completed]")

@@ -19,6 +19,7 @@ from dsh_subagent import (
     CancelController,
     ParentContext,
     ProductTeardownError,
+    PublishedRun,
     SubagentCapabilities,
     SubagentError,
     SubagentService,
@@ -667,3 +668,53 @@ async def test_numeric_depth_refuses_the_late_provider_registration(
         service.register_provider(ScriptedProvider("p"))
     assert service.list() == ()
     assert registry.tools == {}
+
+
+async def test_on_run_hands_the_harness_the_foreground_run_before_it_settles(
+    service: SubagentService,
+) -> None:
+    gate = anyio.Event()
+    held = replace(Script.answer("x"), hold_result=gate)
+    service.register_provider(ScriptedProvider("p", [held]))
+    seen: list[PublishedRun] = []
+
+    def on_run(run: PublishedRun) -> None:
+        seen.append(run)
+        assert not run.progress.closed  # live: the call has not waited for the result yet
+        gate.set()
+
+    call = ToolCallContext(parent=PARENT, cancel=CancelController().signal, on_run=on_run)
+    assert await SubagentTool(service, managed()).call(args(), call) == ToolResult("x")
+    (run,) = seen
+    assert (await run.result()).text == "x"  # the settled result stays readable
+
+
+async def test_on_run_is_not_called_for_a_background_start(service: SubagentService) -> None:
+    service.register_provider(ScriptedProvider("p"))
+
+    class Launcher:
+        def launch(self, **_: object) -> str:
+            return "subagent-1"
+
+    seen: list[PublishedRun] = []
+    call = ToolCallContext(parent=PARENT, cancel=CancelController().signal, on_run=seen.append)
+    result = await SubagentTool(service, managed(), Launcher()).call(
+        args(run_in_background=True), call
+    )
+    assert result == ToolResult("started background subagent job subagent-1")
+    assert seen == []
+
+
+async def test_a_raising_on_run_still_returns_the_answer_and_disposes(
+    service: SubagentService, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = ScriptedProvider("p", [Script.answer("x")])
+    service.register_provider(provider)
+
+    def on_run(run: PublishedRun) -> None:
+        raise RuntimeError("harness bug")
+
+    call = ToolCallContext(parent=PARENT, cancel=CancelController().signal, on_run=on_run)
+    assert await SubagentTool(service, managed()).call(args(), call) == ToolResult("x")
+    assert provider.records[0].teardowns == 1
+    assert "on_run hook raised" in caplog.text

@@ -1,4 +1,7 @@
-"""The ``dsh`` command: ``check``, ``tools``, ``run``, ``batch`` and ``demo``.
+"""The ``dsh`` command: ``check``, ``tools``, ``run``, ``batch``, ``demo`` and ``mcp``.
+
+``dsh mcp ...`` hands everything after ``mcp`` to the dsh-mcp distribution's own command
+(imported only then); without dsh-mcp installed it fails with one line and exit 2.
 
 ``dsh run`` and its exit status live in :mod:`dsh_cli.run_command`. Every failure is one
 line on stderr, never a traceback. Products' own stderr lines are shown only with ``-v``
@@ -161,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
         "embedded loopback model (no credentials, no internet) and show that no process "
         "is left behind.",
     )
+    sub.add_parser(
+        "mcp",
+        add_help=False,
+        help="serve a profile's tools to MCP clients (needs dsh-mcp; see dsh mcp --help)",
+    )
     demo.add_argument(
         "--deepseek",
         action="store_true",
@@ -180,6 +188,9 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
         argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
         discovery: Where provider classes come from; defaults to installed entry points.
     """
+    rest = _mcp_arguments(sys.argv[1:] if argv is None else argv)
+    if rest is not None:
+        return _cmd_mcp(rest, sys.stderr)
     args = build_parser().parse_args(argv)
     out, err = sys.stdout, sys.stderr
     verbose = bool(getattr(args, "verbose", False))
@@ -202,6 +213,39 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
             if verbose:
                 traceback.print_exception(exc, file=err)
             return EXIT_START_FAILED
+
+
+_VERBOSE_FLAGS: Final = ("-v", "--verbose")
+_MCP_MISSING: Final = (
+    "dsh: error: `dsh mcp` needs the dsh-mcp distribution, which is not installed "
+    "(pip install dsh-mcp)"
+)
+
+
+def _mcp_arguments(argv: Sequence[str]) -> list[str] | None:
+    """The arguments for dsh-mcp when the command is ``mcp``, else ``None``.
+
+    ``dsh [-v] mcp ARGS``: everything after ``mcp`` belongs to dsh-mcp's own parser
+    (a leading ``-v`` is passed on).
+    """
+    rest = list(argv)
+    verbose = [flag for flag in rest[:1] if flag in _VERBOSE_FLAGS]
+    rest = rest[len(verbose) :]
+    if not rest or rest[0] != "mcp":
+        return None
+    return verbose + rest[1:]
+
+
+def _cmd_mcp(rest: list[str], err: TextIO) -> int:
+    try:
+        from dsh_mcp.cli import main as mcp_main
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "dsh_mcp":
+            print(f"dsh: error: dsh-mcp cannot be imported: {exc}", file=err)
+            return EXIT_START_FAILED
+        print(_MCP_MISSING, file=err)
+        return EXIT_USAGE
+    return mcp_main(rest, prog="dsh mcp")
 
 
 def _cmd_tools(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscovery | None) -> int:

@@ -19,6 +19,9 @@ reach the model. Shape::
     tools = true
     config = { max_concurrent_jobs_per_owner = 4 }
 
+    [mcp]                          # optional: settings of ``dsh mcp`` (dsh-mcp checks them)
+    workspace = "."
+
 Parsing here checks only the profile's own shape; the Loader validates each ``config``
 table against its provider's model once the entry point is resolved.
 """
@@ -93,6 +96,9 @@ class Profile(BaseModel):
     providers: tuple[ProviderRow, ...] = ()
     tools: tuple[ToolRow, ...] = ()
     jobs: JobsSection | None = None
+    mcp: dict[str, Any] | None = None
+    """Settings of ``dsh mcp``, validated by the dsh-mcp distribution when it serves this
+    profile; every other command ignores the table."""
 
     @property
     def job_tools(self) -> bool:

@@ -22,7 +22,7 @@ from dsh_subagent import (
     TextBlock,
 )
 from dsh_subagent.tool import ModelTool, SubagentTool, SubagentToolConfig
-from dsh_tool_jobs import JobRegistry
+from dsh_tool_jobs import JobRegistry, NoticeSink
 from dsh_tool_jobs.background import BackgroundSubagentLauncher
 from dsh_tool_jobs.tools import job_tools
 from pydantic import JsonValue
@@ -57,18 +57,27 @@ def tool_schema(tool: ModelTool) -> dict[str, JsonValue]:
 
 
 @asynccontextmanager
-async def open_runtime(composition: Composition) -> AsyncIterator[Runtime]:
+async def open_runtime(
+    composition: Composition, *, notice_sink: NoticeSink | None = None
+) -> AsyncIterator[Runtime]:
     """Enter the service and the job registry, register every instance, bind every tool.
 
     Product tools are ``max_depth = "provider-managed"`` (out-of-process providers
     cannot enforce a depth cap); ``background_mode = "disabled"`` drops
     ``run_in_background``.
+
+    Args:
+        composition: What the profile composes.
+        notice_sink: Receives ``(owner, text)`` when a background Job settles before the
+            model has seen its end (the registry's completion notices); without it no
+            notice is sent.
     """
     async with SubagentService() as service:
         for loaded in composition.providers:
             service.register_provider(loaded.provider)
         registry = JobRegistry(
-            max_concurrent_jobs_per_owner=composition.jobs_config.max_concurrent_jobs_per_owner
+            max_concurrent_jobs_per_owner=composition.jobs_config.max_concurrent_jobs_per_owner,
+            notice_sink=notice_sink,
         )
         async with registry:
             launcher = (

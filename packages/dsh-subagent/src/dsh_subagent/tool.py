@@ -343,6 +343,11 @@ class SubagentTool:
             return ToolResult(f"started background subagent job {job_id}")
         request = SubagentStartRequest.model_validate({**fields, "cancel": context.cancel})
         run = await self._service.start(config.provider, request)
+        if context.on_run is not None:
+            try:
+                context.on_run(run)
+            except Exception:  # the harness's hook must not cost the run its disposal
+                _log.exception("dsh_subagent: a tool call's on_run hook raised")
         return await _collect_foreground(run)
 
 

@@ -8,9 +8,9 @@ exception a tool lets escape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from pydantic import JsonValue
 
@@ -18,6 +18,9 @@ from dsh_subagent.cancel import CancelSignal
 from dsh_subagent.errors import SubagentError
 from dsh_subagent.events import render_error
 from dsh_subagent.types import ParentContext
+
+if TYPE_CHECKING:
+    from dsh_subagent.service import PublishedRun
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
@@ -50,10 +53,17 @@ class ToolCallContext:
             has no calling agent.
         cancel: The tool call's cancellation signal; for a foreground delegation it is
             the provider's cancellation channel.
+        on_run: Told the published run of a foreground delegation as soon as it has
+            started, before the call waits for it: a harness reads the run's live
+            ``progress`` there, and its :class:`~dsh_subagent.SubagentResult` (usage
+            included) once the call returned. Called at most once per call, never for a
+            background start or a tool that starts no run; a raising ``on_run`` is
+            logged and the call goes on.
     """
 
     parent: ParentContext | None
     cancel: CancelSignal
+    on_run: Callable[[PublishedRun], None] | None = None
 
 
 class ToolError(Exception):
