@@ -452,7 +452,11 @@ def test_the_real_claude_code_added_with_claude_mcp_add_delegates_to_codex(
         first, second = claude_model.message_requests()
     assert result.stop_reason == "completed", result.diagnostic
     (output,) = _claude_tool_results(second)
-    assert json.loads(output) == {"text": CODEX_ANSWER, "stop_reason": "completed", "usage": None}
+    structured = json.loads(output)
+    assert (structured["text"], structured["stop_reason"]) == (CODEX_ANSWER, "completed")
+    # Codex's usage as the loopback model reported it (the fixture's default counts).
+    usage = structured["usage"]
+    assert (usage["input_tokens"], usage["output_tokens"], usage["cost_usd"]) == (10, 1, None)
     assert result.text == f"Codex says: {output}"
     _assert_one_codex_request(products)
     assert {"claude", "dsh", "codex"} <= {p.name for p in watch.seen}
