@@ -2,7 +2,7 @@
 
 A task file is JSON Lines, one object per task::
 
-    {"id": "issue-17", "task": "Summarise issue 17 in one line.", "cwd": "repos/app"}
+    {"id": "ticket-17", "task": "Summarise ticket 17 in one line.", "cwd": "repos/app"}
 
 ``id`` (a non-empty string, unique in the file) and ``task`` (the complete, self-contained
 task text) are required; ``cwd`` is optional. A line that is not such an object is a *bad

@@ -54,7 +54,7 @@ _DEEPSEEK_FAST_MODEL: Final = "deepseek-v4-flash"
 def deepseek_claude_env(
     api_key: str, base: Path, *, base_url: str = DEEPSEEK_ANTHROPIC_BASE_URL
 ) -> dict[str, str | None]:
-    """Claude Code's environment for DeepSeek's Anthropic-compatible API (seed 004).
+    """Claude Code's environment for DeepSeek's Anthropic-compatible API.
 
     The key travels only in this in-memory overlay (as ``ANTHROPIC_AUTH_TOKEN``); no
     settings file receives it. ``base`` holds the isolated home directories;

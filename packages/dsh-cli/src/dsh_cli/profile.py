@@ -1,6 +1,6 @@
 """The TOML profile: which provider instances exist and which model-visible tools bind them.
 
-A profile is deployment configuration (seed 004): product and instance selection never
+A profile is deployment configuration: product and instance selection never
 reach the model. Shape::
 
     [[providers]]

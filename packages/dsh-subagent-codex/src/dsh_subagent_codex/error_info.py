@@ -1,4 +1,4 @@
-"""Map the app-server's ``codexErrorInfo`` to a safe category (seed 000).
+"""Map the app-server's ``codexErrorInfo`` to a safe category (``diagnostic:fixed-line``).
 
 Only the pinned binary's declared union is preserved; everything else is ``unknown``.
 The union below is the one ``codex app-server generate-json-schema`` emits for
@@ -32,7 +32,7 @@ SANDBOX_ERROR: Final = "sandboxError"
 
 STRING_VARIANTS: Final = frozenset(
     {
-        # seed 000 (app-server 0.147.0)
+        # the categories of app-server 0.147.0
         "contextWindowExceeded",
         "sessionBudgetExceeded",
         "usageLimitExceeded",
