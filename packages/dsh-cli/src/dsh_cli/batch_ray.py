@@ -144,13 +144,14 @@ def run_on_ray(
             )
         except Exception as exc:
             return Summary(0, 0, False, len(plan.tasks), f"could not reach Ray: {_first_line(exc)}")
-        try:
-            # Ray prints its own notices (e.g. that a worker died) on stdout; dsh batch's
-            # output is the results file, so they join dsh's lines on stderr.
-            with contextlib.redirect_stdout(err):
+        # Ray prints its own notices (e.g. that a worker died) on stdout, up to and during
+        # its shutdown; dsh batch's output is the results file, so they join dsh's lines
+        # on stderr.
+        with contextlib.redirect_stdout(err):
+            try:
                 return _drive(ray, plan, base_cwd, retries, results, err)
-        finally:
-            ray.shutdown()
+            finally:
+                ray.shutdown()
 
 
 def _drive(
