@@ -38,7 +38,6 @@ from dsh_subprocess.testing import ProcessWatch, alive
 
 from bench.bench_codex import start_request
 from bench.bench_common import (
-    PROGRESS_TARGET,
     Comparison,
     Profile,
     ProgressTally,
@@ -46,6 +45,7 @@ from bench.bench_common import (
     clock,
     collect_progress,
     interleave_many,
+    progress_comparison,
     temp_root,
 )
 
@@ -154,26 +154,20 @@ async def run_p2(profile: Profile) -> list[Comparison]:
             async def unguarded() -> float:
                 return await _ours_once(service, "claude-unguarded", bare_home)
 
-            tally = ProgressTally()
-
-            async def ours_progress() -> float:
+            async def ours_progress(tally: ProgressTally) -> float:
                 return await _ours_once(service, "claude-code", ours_home, tally)
 
-            a, d, b, c = await interleave_many(
-                profile.warmup, profile.p2_pairs, (ours, ours_progress, official, unguarded)
+            a, b, c = await interleave_many(
+                profile.warmup, profile.p2_pairs, (ours, official, unguarded)
             )
-    progress_row = Comparison(
-        benchmark="P2 Claude Code",
-        case="progress collection on (iterator + listener) vs off",
-        ours_label="SubagentService + ClaudeCodeProvider, run.progress read",
-        reference_label="same, nobody reading progress",
-        ours=Samples(tuple(d)),
-        reference=Samples(tuple(a)),
-        ratio_of="ours/reference",
-        target=f"≤ {PROGRESS_TARGET:.2f}",
-        target_check=lambda ratio: ratio <= PROGRESS_TARGET,
-        notes=[tally.note()],
-    )
+            progress_row = await progress_comparison(
+                "P2 Claude Code",
+                "SubagentService + ClaudeCodeProvider",
+                profile.warmup,
+                profile.p2_progress_pairs,
+                ours,
+                ours_progress,
+            )
     return [
         Comparison(
             benchmark="P2 Claude Code",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -126,6 +127,16 @@ def _selection(text: str | None) -> tuple[str, ...]:
     return chosen
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run, print the markdown table, write the JSON file.
 
@@ -144,8 +155,19 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="where to write the JSON results (default: bench/results/bench-<time>.json)",
     )
+    parser.add_argument(
+        "--progress-pairs",
+        type=_positive,
+        metavar="N",
+        help="rounds for the P1 and P2 progress on/off rows (the profile's otherwise); "
+        "resolving a 1 %% difference on a noisy machine takes a few hundred",
+    )
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else DEFAULT
+    if args.progress_pairs is not None:
+        profile = dataclasses.replace(
+            profile, p1_progress_pairs=args.progress_pairs, p2_progress_pairs=args.progress_pairs
+        )
     assert profile.name in PROFILES
     selected = _selection(args.only)
     become_subreaper()

@@ -37,7 +37,6 @@ from dsh_subagent_codex import CodexConfig, CodexProvider
 from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver
 
 from bench.bench_common import (
-    PROGRESS_TARGET,
     Comparison,
     Profile,
     ProgressTally,
@@ -45,6 +44,7 @@ from bench.bench_common import (
     clock,
     collect_progress,
     interleave_many,
+    progress_comparison,
     temp_root,
 )
 
@@ -266,13 +266,19 @@ async def run_p1(profile: Profile) -> tuple[list[Comparison], dict[str, Any]]:
                 with unguarded_codex_spawn():
                     return await ours_once(service, "codex", ours_home, fixture)
 
-            tally = ProgressTally()
-
-            async def ours_progress() -> float:
+            async def ours_progress(tally: ProgressTally) -> float:
                 return await ours_once(service, "codex", ours_home, fixture, tally)
 
-            a, d, b, c = await interleave_many(
-                profile.warmup, profile.p1_pairs, (ours, ours_progress, official, ours_unguarded)
+            a, b, c = await interleave_many(
+                profile.warmup, profile.p1_pairs, (ours, official, ours_unguarded)
+            )
+            progress_row = await progress_comparison(
+                "P1 Codex",
+                "SubagentService + CodexProvider",
+                profile.warmup,
+                profile.p1_progress_pairs,
+                ours,
+                ours_progress,
             )
             ours_runs: list[dict[str, float]] = []
             unguarded_runs: list[dict[str, float]] = []
@@ -301,20 +307,7 @@ async def run_p1(profile: Profile) -> tuple[list[Comparison], dict[str, Any]]:
             ("same, host-death guard off (diagnostic patch)", c),
         )
     ]
-    comparisons.append(
-        Comparison(
-            benchmark="P1 Codex",
-            case="progress collection on (iterator + listener) vs off",
-            ours_label="SubagentService + CodexProvider, run.progress read",
-            reference_label="same, nobody reading progress",
-            ours=Samples(tuple(d)),
-            reference=Samples(tuple(a)),
-            ratio_of="ours/reference",
-            target=f"≤ {PROGRESS_TARGET:.2f}",
-            target_check=lambda ratio: ratio <= PROGRESS_TARGET,
-            notes=[tally.note()],
-        )
-    )
+    comparisons.append(progress_row)
     breakdown = {
         "n": profile.p1_breakdown,
         "ours_median_s": _median_phases(ours_runs),

@@ -63,3 +63,27 @@ def test_unknown_benchmark_is_refused() -> None:
     )
     assert done.returncode != 0
     assert "unknown benchmark(s) P9" in done.stderr
+
+
+def test_progress_pairs_must_be_a_positive_integer() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--only", "P1", "--progress-pairs", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--progress-pairs: expected a positive integer, got '0'" in done.stderr
+
+
+def test_bootstrap_interval_brackets_the_median_and_narrows_with_more_samples() -> None:
+    from bench.bench_common import bootstrap_median_interval
+
+    noisy = [1.0 + 0.15 * ((index * 37) % 21 - 10) / 10 for index in range(80)]
+    low, high = bootstrap_median_interval(noisy)
+    wide_low, wide_high = bootstrap_median_interval(noisy[:20])
+    assert low <= sorted(noisy)[40] <= high
+    assert high - low < wide_high - wide_low
+    assert bootstrap_median_interval([1.0] * 5) == (1.0, 1.0)
