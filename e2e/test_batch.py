@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,21 +27,13 @@ import psutil
 import pytest
 from dsh_cli.cli import main
 from dsh_contract_tests.fixtures import messages, responses
+from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES, keyless_products
 from dsh_subprocess.testing import ProcessWatch
 
 pytestmark = pytest.mark.keyless
 
 DSH = Path(sys.executable).with_name("dsh")
 MARKER = re.compile(r"BATCH-TASK ([a-z0-9-]+)")
-_AMBIENT_MODEL_VARIABLES = (
-    "ANTHROPIC_MODEL",
-    "ANTHROPIC_SMALL_FAST_MODEL",
-    "ANTHROPIC_DEFAULT_OPUS_MODEL",
-    "ANTHROPIC_DEFAULT_SONNET_MODEL",
-    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
-    "CLAUDE_CODE_SUBAGENT_MODEL",
-    "ANTHROPIC_AUTH_TOKEN",
-)
 
 
 def answer_for(task_id: str) -> str:
@@ -129,45 +121,26 @@ class Setup:
         return by_id
 
 
-def _toml_table(name: str, values: Mapping[str, str | None]) -> str:
-    lines = [f"[{name}]"]
-    lines += [f"{key} = {json.dumps(value)}" for key, value in values.items() if value is not None]
-    return "\n".join(lines)
-
-
 @pytest.fixture
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
-    for variable in _AMBIENT_MODEL_VARIABLES:
+    for variable in AMBIENT_MODEL_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
     router = Router()
-    with (
-        responses.ResponsesFixture(route=router.codex) as codex_model,
-        messages.MessagesFixture(
-            default=messages.TextAnswer("unrouted"), route=router.claude
-        ) as claude_model,
-    ):
-        codex_env = responses.codex_keyless_env(tmp_path / "codex")
-        responses.write_codex_config(codex_env["CODEX_HOME"], codex_model.base_url)
-        claude_home = messages.keyless_claude_home(tmp_path / "claude", claude_model.base_url)
-        profile = tmp_path / "profile.toml"
-        profile.write_text(
-            "\n\n".join(
-                [
-                    '[[providers]]\ntype = "codex"\nprovider_name = "codex-keyless"',
-                    _toml_table("providers.config.env", codex_env),
-                    '[[providers]]\ntype = "claude-code"\nprovider_name = "claude-keyless"',
-                    _toml_table("providers.config.env", claude_home.env),
-                    '[[tools]]\nname = "subagent_codex"\nprovider = "codex-keyless"\n'
-                    'background_mode = "disabled"',
-                    '[[tools]]\nname = "subagent_claude_code"\nprovider = "claude-keyless"\n'
-                    'background_mode = "disabled"',
-                ]
-            ),
-            encoding="utf-8",
+    with keyless_products(
+        tmp_path,
+        claude_answer="unrouted",
+        jobs=False,
+        codex_route=router.codex,
+        claude_route=router.claude,
+    ) as running:
+        yield Setup(
+            tmp_path,
+            running.workspace,
+            running.profile,
+            router,
+            running.codex_model,
+            running.claude_model,
         )
-        yield Setup(tmp_path, workspace, profile, router, codex_model, claude_model)
 
 
 def _batch(setup: Setup, target: str, tasks: Path, *extra: str) -> list[str]:

@@ -9,11 +9,9 @@ product process tree is gone afterwards (and the root conftest fails any leftove
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -23,6 +21,11 @@ from dsh_cli.cli import main
 from dsh_cli.loader import load_profile
 from dsh_cli.runtime import open_runtime
 from dsh_contract_tests.fixtures import messages, responses
+from dsh_contract_tests.fixtures.keyless_profile import (
+    AMBIENT_MODEL_VARIABLES,
+    KeylessProducts,
+    keyless_products,
+)
 from dsh_subagent import CancelController, ParentContext
 from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_subprocess.testing import ProcessWatch
@@ -33,91 +36,31 @@ CODEX_ANSWER = "KEYLESS_CODEX_SENTINEL_0163"
 CLAUDE_ANSWER = "KEYLESS_CLAUDE_CODE_SENTINEL_2_1"
 TASK = "Reply with the sentinel and nothing else; this is a keyless end-to-end check."
 
-_AMBIENT_MODEL_VARIABLES = (
-    "ANTHROPIC_MODEL",
-    "ANTHROPIC_SMALL_FAST_MODEL",
-    "ANTHROPIC_DEFAULT_OPUS_MODEL",
-    "ANTHROPIC_DEFAULT_SONNET_MODEL",
-    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
-    "CLAUDE_CODE_SUBAGENT_MODEL",
-    "ANTHROPIC_AUTH_TOKEN",
-)
-
-
-@dataclass
-class Products:
-    """Both loopback models, isolated product homes and a profile binding them."""
-
-    root: Path
-    workspace: Path
-    codex_model: responses.ResponsesFixture
-    claude_model: messages.MessagesFixture
-    profile: Path
-    codex_key: str
-    claude_key: str
-
-
-def _toml_table(name: str, values: Mapping[str, str | None]) -> str:
-    # TOML has no null: variables the product must not inherit are removed from this
-    # process's environment instead (see the fixture), since children inherit it.
-    lines = [f"[{name}]"]
-    lines += [f"{key} = {json.dumps(value)}" for key, value in values.items() if value is not None]
-    return "\n".join(lines)
-
 
 @pytest.fixture
-def products(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Products]:
-    for variable in _AMBIENT_MODEL_VARIABLES:
+def products(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KeylessProducts]:
+    for variable in AMBIENT_MODEL_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    with (
-        responses.ResponsesFixture() as codex_model,
-        messages.MessagesFixture(default=messages.TextAnswer(CLAUDE_ANSWER)) as claude_model,
-    ):
-        codex_env = responses.codex_keyless_env(tmp_path / "codex")
-        responses.write_codex_config(codex_env["CODEX_HOME"], codex_model.base_url)
-        claude_home = messages.keyless_claude_home(tmp_path / "claude", claude_model.base_url)
-        profile = tmp_path / "profile.toml"
-        profile.write_text(
-            "\n\n".join(
-                [
-                    '[[providers]]\ntype = "codex"\nprovider_name = "codex-keyless"',
-                    _toml_table("providers.config.env", codex_env),
-                    '[[providers]]\ntype = "claude-code"\nprovider_name = "claude-keyless"',
-                    _toml_table("providers.config.env", claude_home.env),
-                    '[[tools]]\nname = "subagent_codex"\nprovider = "codex-keyless"',
-                    '[[tools]]\nname = "subagent_claude_code"\nprovider = "claude-keyless"',
-                    "[jobs]\n",
-                ]
-            ),
-            encoding="utf-8",
-        )
-        yield Products(
-            tmp_path,
-            workspace,
-            codex_model,
-            claude_model,
-            profile,
-            codex_env[responses.DEFAULT_FIXTURE_ENV_KEY],
-            claude_home.api_key,
-        )
+    with keyless_products(tmp_path, claude_answer=CLAUDE_ANSWER) as running:
+        yield running
 
 
-def _assert_codex_request(products: Products) -> None:
+def _assert_codex_request(products: KeylessProducts) -> None:
     (request,) = products.codex_model.requests
     assert (request.method, request.path) == ("POST", "/v1/responses")
     assert request.bearer_token == products.codex_key
     assert TASK in request.input_texts()
 
 
-def _assert_claude_request(products: Products) -> None:
+def _assert_claude_request(products: KeylessProducts) -> None:
     (request,) = products.claude_model.message_requests()
     assert request.headers["x-api-key"] == products.claude_key
     assert messages.task_texts(request, TASK) == [TASK]
 
 
-def test_cli_run_codex_foreground(products: Products, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_run_codex_foreground(
+    products: KeylessProducts, capsys: pytest.CaptureFixture[str]
+) -> None:
     products.codex_model.enqueue(responses.PlainAnswer(CODEX_ANSWER, "final_answer"))
     with ProcessWatch() as watch:
         code = main(
@@ -132,7 +75,7 @@ def test_cli_run_codex_foreground(products: Products, capsys: pytest.CaptureFixt
 
 
 def test_cli_run_claude_code_foreground(
-    products: Products, capsys: pytest.CaptureFixture[str]
+    products: KeylessProducts, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with ProcessWatch() as watch:
         code = main(
@@ -154,7 +97,7 @@ def test_cli_run_claude_code_foreground(
 
 
 def test_cli_run_reports_a_real_product_failure_with_its_exit_code(
-    products: Products, capsys: pytest.CaptureFixture[str]
+    products: KeylessProducts, capsys: pytest.CaptureFixture[str]
 ) -> None:
     products.codex_model.enqueue(responses.HttpError(500))
     code = main(
@@ -168,7 +111,9 @@ def test_cli_run_reports_a_real_product_failure_with_its_exit_code(
 
 
 @pytest.mark.anyio
-async def test_loader_tools_foreground_and_background_with_job_tools(products: Products) -> None:
+async def test_loader_tools_foreground_and_background_with_job_tools(
+    products: KeylessProducts,
+) -> None:
     products.codex_model.enqueue(responses.PlainAnswer(CODEX_ANSWER, "final_answer"))
     parent = ParentContext(session_id="keyless-e2e", cwd=str(products.workspace))
     composition = load_profile(products.profile)
@@ -222,7 +167,7 @@ async def test_loader_tools_foreground_and_background_with_job_tools(products: P
 
 
 @pytest.mark.anyio
-async def test_ctrl_c_on_dsh_run_cancels_and_leaves_no_process(products: Products) -> None:
+async def test_ctrl_c_on_dsh_run_cancels_and_leaves_no_process(products: KeylessProducts) -> None:
     products.codex_model.enqueue(responses.Hold())
     command = [
         sys.executable,
@@ -259,7 +204,7 @@ def test_quickstart_demo_runs_both_real_products_and_cleans_up(
 
     from dsh_cli.demo import run_demo
 
-    for variable in _AMBIENT_MODEL_VARIABLES:
+    for variable in AMBIENT_MODEL_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     out, err = io.StringIO(), io.StringIO()
     assert run_demo(out, err) == 0, out.getvalue() + err.getvalue()
@@ -273,7 +218,7 @@ def test_quickstart_demo_runs_both_real_products_and_cleans_up(
 
 
 def test_cli_run_background_collects_the_real_product_job(
-    products: Products, capsys: pytest.CaptureFixture[str]
+    products: KeylessProducts, capsys: pytest.CaptureFixture[str]
 ) -> None:
     products.codex_model.enqueue(responses.PlainAnswer(CODEX_ANSWER, "final_answer"))
     argv = ["run", str(products.profile), "subagent_codex", TASK, "--cwd", str(products.workspace)]

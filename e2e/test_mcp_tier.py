@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ import mcp_types as types
 import psutil
 import pytest
 from dsh_contract_tests.fixtures import messages, responses
+from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES, keyless_products
 from dsh_subagent import delegate
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_codex import CodexConfig, CodexProvider
@@ -50,16 +51,6 @@ CLAUDE_ANSWER = "MCP_CLAUDE_CODE_SENTINEL"
 TASK = "Reply with the sentinel and nothing else; this is a keyless MCP check."
 LIFETIME_SECONDS = 2.0
 
-_AMBIENT_MODEL_VARIABLES = (
-    "ANTHROPIC_MODEL",
-    "ANTHROPIC_SMALL_FAST_MODEL",
-    "ANTHROPIC_DEFAULT_OPUS_MODEL",
-    "ANTHROPIC_DEFAULT_SONNET_MODEL",
-    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
-    "CLAUDE_CODE_SUBAGENT_MODEL",
-    "ANTHROPIC_AUTH_TOKEN",
-)
-
 
 def readme_block(language: str, index: int = 0) -> str:
     """The ``index``-th fenced block of ``language`` in the dsh-mcp README."""
@@ -71,12 +62,6 @@ def _placeholders(text: str, profile: Path, workspace: Path) -> str:
     return text.replace("/path/to/profile.toml", str(profile)).replace(
         "/path/to/project", str(workspace)
     )
-
-
-def _toml_table(name: str, values: Mapping[str, str | None]) -> str:
-    lines = [f"[{name}]"]
-    lines += [f"{key} = {json.dumps(value)}" for key, value in values.items() if value is not None]
-    return "\n".join(lines)
 
 
 @dataclass
@@ -92,39 +77,23 @@ class Products:
 
 @pytest.fixture
 def products(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Products]:
-    for variable in _AMBIENT_MODEL_VARIABLES:
+    for variable in AMBIENT_MODEL_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
     env: dict[str, str] = {}
     for name in ("HOME", "TMPDIR"):
         path = tmp_path / f"server-{name.lower()}"
         path.mkdir()
         env[name] = str(path)
     env.update(NO_PROXY="127.0.0.1,localhost", HTTP_PROXY="", HTTPS_PROXY="", ALL_PROXY="")
-    with (
-        responses.ResponsesFixture() as codex_model,
-        messages.MessagesFixture(default=messages.TextAnswer(CLAUDE_ANSWER)) as claude_model,
-    ):
-        codex_env = responses.codex_keyless_env(tmp_path / "codex")
-        responses.write_codex_config(codex_env["CODEX_HOME"], codex_model.base_url)
-        claude_home = messages.keyless_claude_home(tmp_path / "claude", claude_model.base_url)
-        profile = tmp_path / "profile.toml"
-        profile.write_text(
-            "\n\n".join(
-                [
-                    '[[providers]]\ntype = "codex"\nprovider_name = "codex-keyless"',
-                    _toml_table("providers.config.env", codex_env),
-                    '[[providers]]\ntype = "claude-code"\nprovider_name = "claude-keyless"',
-                    _toml_table("providers.config.env", claude_home.env),
-                    '[[tools]]\nname = "subagent_codex"\nprovider = "codex-keyless"',
-                    '[[tools]]\nname = "subagent_claude_code"\nprovider = "claude-keyless"',
-                    "[jobs]\n",
-                ]
-            ),
-            encoding="utf-8",
+    with keyless_products(tmp_path, claude_answer=CLAUDE_ANSWER) as running:
+        yield Products(
+            tmp_path,
+            running.workspace,
+            running.codex_model,
+            running.claude_model,
+            running.profile,
+            env,
         )
-        yield Products(tmp_path, workspace, codex_model, claude_model, profile, env)
 
 
 def _snippet_params(products: Products) -> StdioServerParameters:
