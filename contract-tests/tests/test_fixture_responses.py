@@ -363,6 +363,8 @@ def test_close_cuts_a_stalled_stream() -> None:
     worker.join(timeout=10)
     assert not worker.is_alive()
     assert b"response.completed" not in results[0]
+
+
 def test_a_namespaced_function_call_reaches_a_tool_inside_that_namespace() -> None:
     call = FunctionCall((("delegate", {"prompt": "p"}),), namespace="mcp__dsh")
     tools = {

@@ -422,6 +422,8 @@ def test_json_record_carries_the_result_and_nothing_else_reaches_stdout(
     }
     assert record["elapsed_seconds"] >= 0
     assert "Partial output" not in captured.err
+
+
 def test_mcp_without_dsh_mcp_installed_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -43,7 +43,7 @@ CASES = {
 
 async def once(root: Path, body: str) -> float:
     marker = root / "escaped"
-    command = f"setsid sh -c \"echo $$ > {marker}; {body}\" > /dev/null 2>&1 &"
+    command = f'setsid sh -c "echo $$ > {marker}; {body}" > /dev/null 2>&1 &'
     script: list[FunctionCall | Hold] = [
         FunctionCall((("exec_command", {"cmd": command}),)),
         Hold(then=PlainAnswer("too late")),

@@ -98,5 +98,3 @@ def assert_gone(provider: EchoProvider) -> None:
     assert provider.spawned, "the child was never spawned"
     for process in provider.spawned:
         assert not process.tree_alive()
-
-

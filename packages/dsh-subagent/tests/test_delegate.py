@@ -10,10 +10,15 @@ import pytest
 from dsh_subagent import (
     ABORTED,
     COMPLETED,
+    ERROR,
+    Budget,
     CancelController,
+    ProgressEvent,
     SubagentError,
     SubagentErrorCode,
     SubagentService,
+    Usage,
+    UsageUpdated,
     delegate,
     delegate_sync,
 )
@@ -95,3 +100,57 @@ def test_delegate_sync_start_failures_raise_as_themselves(tmp_path: Path) -> Non
         delegate_sync(provider, "answer x", cwd=tmp_path / "missing")
     assert caught.value.code is SubagentErrorCode.NO_WORKING_DIRECTORY
     assert sys.exc_info() == (None, None, None)
+
+
+async def test_on_progress_hears_every_event_in_order_and_usage_reaches_the_result(
+    tmp_path: Path,
+) -> None:
+    provider = EchoProvider(EchoConfig())
+    heard: list[ProgressEvent] = []
+    result = await delegate(provider, "usage 120 30", cwd=tmp_path, on_progress=heard.append)
+    usage = Usage(input_tokens=120, output_tokens=30)
+    assert heard == [UsageUpdated(usage=usage)]
+    assert (result.stop_reason, result.usage) == (COMPLETED, usage)
+    assert_gone(provider)
+
+
+async def test_a_budget_tightens_the_configuration_for_this_call(tmp_path: Path) -> None:
+    provider = EchoProvider(EchoConfig())  # unbounded as configured
+    result = await delegate(
+        provider, "partial forever", cwd=tmp_path, budget=Budget(idle_timeout_seconds=0.2)
+    )
+    assert (result.stop_reason, result.diagnostic) == (
+        ERROR,
+        "Product subagent failure (product: Echo; stage: turn; category: idle-timeout)",
+    )
+    assert_gone(provider)
+
+
+async def test_a_provider_that_cannot_enforce_a_budget_refuses_it_before_starting(
+    tmp_path: Path,
+) -> None:
+    provider = ScriptedProvider("p", [Script.answer("done")])
+    with pytest.raises(SubagentError) as caught:
+        await delegate(provider, "task", cwd=tmp_path, budget=Budget(deadline_seconds=5))
+    assert caught.value.code is SubagentErrorCode.UNSUPPORTED_CAPABILITY
+    assert provider.start_count == 0
+
+
+async def test_progress_commands_reach_the_request(tmp_path: Path) -> None:
+    provider = ScriptedProvider("p", [Script.answer("done"), Script.answer("done")])
+    await delegate(provider, "task", cwd=tmp_path)
+    await delegate(provider, "task", cwd=tmp_path, progress_commands=True)
+    assert [record.request.progress_commands for record in provider.records] == [False, True]
+
+
+def test_delegate_sync_passes_the_budget_and_the_listener(tmp_path: Path) -> None:
+    provider = EchoProvider(EchoConfig())
+    heard: list[ProgressEvent] = []
+    done = delegate_sync(provider, "usage 7 1", cwd=tmp_path, on_progress=heard.append)
+    bounded = delegate_sync(
+        provider, "partial forever", cwd=tmp_path, budget=Budget(deadline_seconds=0.2)
+    )
+    assert heard == [UsageUpdated(usage=Usage(input_tokens=7, output_tokens=1))]
+    assert done.stop_reason == COMPLETED
+    assert bounded.diagnostic is not None
+    assert "category: deadline-exceeded" in bounded.diagnostic

@@ -33,7 +33,7 @@ class Chunks(anyio.abc.ByteReceiveStream):
 
 
 async def test_lines_split_across_chunks_and_a_final_unterminated_line() -> None:
-    reader = LineReader(Chunks(b'{"a":', b' 1}\r\nsec', b"ond\n\nlast"))
+    reader = LineReader(Chunks(b'{"a":', b" 1}\r\nsec", b"ond\n\nlast"))
     assert [line async for line in reader] == [b'{"a": 1}', b"second", b"", b"last"]
     assert reader.eof
 

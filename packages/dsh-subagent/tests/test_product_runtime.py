@@ -32,6 +32,7 @@ from subagent_echo import EchoConfig, EchoProvider, SkippingEcho, assert_gone, r
 
 pytestmark = pytest.mark.anyio
 
+
 @pytest.fixture
 async def service() -> AsyncIterator[SubagentService]:
     async with SubagentService() as subagents:
@@ -268,9 +269,7 @@ async def test_the_configured_env_overlay_wins_over_the_launch_env(tmp_path: Pat
         def launch(self, cwd: str) -> Launch:
             return Launch(argv=super().launch(cwd).argv, env={"A": "launch", "B": "launch"})
 
-        async def spawn(
-            self, spec: SpawnSpec, stderr_observer: StderrObserver
-        ) -> ManagedProcess:
+        async def spawn(self, spec: SpawnSpec, stderr_observer: StderrObserver) -> ManagedProcess:
             seen.append(dict(spec.env))
             return await super().spawn(spec, stderr_observer)
 

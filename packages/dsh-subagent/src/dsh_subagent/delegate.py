@@ -15,8 +15,10 @@ from typing import Final
 
 import anyio
 
+from dsh_subagent.budget import Budget
 from dsh_subagent.cancel import CancelSignal
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
+from dsh_subagent.progress import ProgressListener
 from dsh_subagent.service import SubagentService
 from dsh_subagent.types import (
     ParentContext,
@@ -39,6 +41,9 @@ async def delegate(
     provider: str | None = None,
     cancel: CancelSignal | None = None,
     session_id: str | None = None,
+    budget: Budget | None = None,
+    on_progress: ProgressListener | None = None,
+    progress_commands: bool = False,
 ) -> SubagentResult:
     """Delegate ``task`` and return the settled result; the run is always disposed.
 
@@ -51,6 +56,12 @@ async def delegate(
         provider: The registered provider name, when ``target`` is a service.
         cancel: Settles the run ``aborted`` when it fires.
         session_id: The parent session id (default: a fresh ``delegate-<uuid>``).
+        budget: Tightens the provider instance's deadline / idle timeout for this run
+            (never extends them); a provider that cannot enforce budgets refuses it.
+        on_progress: Called with every progress event the run keeps, in order, from
+            the first; it must not block (it runs on the event loop). Progress carries
+            product text: it is for the host and its people, never for a model.
+        progress_commands: Let tool progress carry the command text.
 
     Returns:
         The result: ``completed`` with the answer, or ``error``/``aborted``/... with the
@@ -68,7 +79,12 @@ async def delegate(
         session_id=session_id or f"{DELEGATE_SESSION_PREFIX}{uuid.uuid4()}",
         cwd=_absolute(cwd),
     )
-    request = SubagentStartRequest(prompt=(TextBlock(text=task),), parent=parent)
+    request = SubagentStartRequest(
+        prompt=(TextBlock(text=task),),
+        parent=parent,
+        budget=budget,
+        progress_commands=progress_commands,
+    )
     if cancel is not None:
         request = request.model_copy(update={"cancel": cancel})
     if isinstance(target, SubagentService):
@@ -77,7 +93,7 @@ async def delegate(
                 SubagentErrorCode.INVALID_REQUEST,
                 "delegate: name the registered provider when delegating through a service",
             )
-        return await _run(target, provider, request)
+        return await _run(target, provider, request, on_progress)
     if provider is not None and provider != target.name:
         raise SubagentError(
             SubagentErrorCode.INVALID_REQUEST,
@@ -85,7 +101,7 @@ async def delegate(
         )
     async with SubagentService() as service:
         service.register_provider(target)
-        return await _run(service, target.name, request)
+        return await _run(service, target.name, request, on_progress)
 
 
 def _absolute(cwd: str | os.PathLike[str]) -> str:
@@ -94,10 +110,19 @@ def _absolute(cwd: str | os.PathLike[str]) -> str:
 
 
 async def _run(
-    service: SubagentService, name: str, request: SubagentStartRequest
+    service: SubagentService,
+    name: str,
+    request: SubagentStartRequest,
+    on_progress: ProgressListener | None,
 ) -> SubagentResult:
     run = await service.start(name, request)
     try:
+        if on_progress is None:
+            return await run.result()
+        # The iterator, not a listener: it also hands over what was kept before this
+        # line ran, and it ends when the run settles.
+        async for event in run.progress:
+            on_progress(event)
         return await run.result()
     finally:
         with anyio.CancelScope(shield=True):
@@ -110,6 +135,8 @@ def delegate_sync(
     *,
     cwd: str | os.PathLike[str],
     backend: str = "asyncio",
+    budget: Budget | None = None,
+    on_progress: ProgressListener | None = None,
 ) -> SubagentResult:
     """Blocking :func:`delegate` for scripts: runs its own event loop.
 
@@ -121,9 +148,11 @@ def delegate_sync(
         task: The complete, self-contained task text.
         cwd: The workspace the child works in.
         backend: The anyio backend (``"asyncio"`` or ``"trio"``).
+        budget: As for :func:`delegate`.
+        on_progress: As for :func:`delegate`.
     """
 
     async def main() -> SubagentResult:
-        return await delegate(provider, task, cwd=cwd)
+        return await delegate(provider, task, cwd=cwd, budget=budget, on_progress=on_progress)
 
     return anyio.run(main, backend=backend)
