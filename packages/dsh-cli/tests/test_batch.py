@@ -205,6 +205,19 @@ def test_bad_numbers_are_usage_errors(
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("flag", "value"), [("--timeout", "0"), ("--idle-timeout", "nan")])
+def test_a_bad_timeout_gets_the_same_line_as_dsh_run_and_starts_nothing(
+    tmp_path: Path, profile: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    tasks = _write(tmp_path / "tasks.jsonl", _line("a"))
+    out = tmp_path / "out.jsonl"
+    assert _batch(profile, tasks, out, f"{flag}={value}") == 2
+    assert capsys.readouterr().err == (
+        f"dsh: error: {flag}: expected a positive number of seconds, got {value!r}\n"
+    )
+    assert not out.exists()
+
+
 def test_a_profile_naming_the_files_directory_needs_files_and_starts_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

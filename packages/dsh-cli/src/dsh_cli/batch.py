@@ -20,7 +20,6 @@ node with ``--ray``.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import time
@@ -50,6 +49,7 @@ from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, read_tasks
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import ProfileError, UsageError
 from dsh_cli.loader import Composition, compose
+from dsh_cli.options import add_budget_flags, budget_from, resolve_target
 from dsh_cli.profile import parse_profile, read_profile
 from dsh_cli.runtime import open_runtime
 
@@ -262,32 +262,14 @@ class BatchPlan:
     concurrency: int
 
 
-def _resolve_target(composition: Composition, target: str, instance: bool) -> str:
-    if not instance:
-        for tool in composition.tools:
-            if tool.name == target:
-                return tool.provider
-    names = [p.name for p in composition.providers]
-    if target in names:
-        return target
-    tools = ", ".join(t.name for t in composition.tools) or "none"
-    raise UsageError(
-        f"unknown {'instance' if instance else 'tool or instance'} {target!r} "
-        f"(tools: {tools}; instances: {', '.join(names) or 'none'})"
-    )
-
-
-def _positive(kind: type[int] | type[float]) -> Any:
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not (value > 0 and math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-        return value
-
-    return parse
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
 
 
 def _non_negative_int(text: str) -> int:
@@ -323,7 +305,7 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     batch.add_argument(
         "--concurrency",
-        type=_positive(int),
+        type=_positive_int,
         default=None,
         help="runs at a time (default: the CPU count here; the cluster's CPUs with --ray)",
     )
@@ -339,15 +321,7 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help=f"a directory the profile and task cwds may name as {FILES_PLACEHOLDER}; "
         "shipped to every node with --ray",
     )
-    batch.add_argument(
-        "--timeout", type=_positive(float), default=None, help="wall-clock bound per task (s)"
-    )
-    batch.add_argument(
-        "--idle-timeout",
-        type=_positive(float),
-        default=None,
-        help="bound per task on silence from the product (s)",
-    )
+    add_budget_flags(batch, scope="per task")
     batch.add_argument(
         "--ray",
         nargs="?",
@@ -366,12 +340,6 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
 
 
-def _budget(args: argparse.Namespace) -> Budget | None:
-    if args.timeout is None and args.idle_timeout is None:
-        return None
-    return Budget(deadline_seconds=args.timeout, idle_timeout_seconds=args.idle_timeout)
-
-
 def cmd_batch(
     args: argparse.Namespace, out: TextIO, err: TextIO, discovery: ProviderDiscovery | None
 ) -> int:
@@ -383,9 +351,10 @@ def cmd_batch(
             raise UsageError(f"--files {args.files!r} is not a directory")
     if args.ray is not None and args.cwd is not None and not os.path.isabs(args.cwd):
         raise UsageError("with --ray, --cwd must be an absolute path on the worker nodes")
+    budget = budget_from(args)
     task_list = read_tasks(args.tasks)
     composition = load_batch_profile(args.profile, files, discovery=discovery)
-    provider = _resolve_target(composition, args.target, args.instance)
+    provider = resolve_target(composition, args.target, args.instance)
     results = ResultsFile(args.out)
 
     bad = list(task_list.bad_lines)
@@ -403,7 +372,6 @@ def cmd_batch(
         )
     if files is None and any(FILES_PLACEHOLDER in (task.cwd or "") for task in todo):
         raise UsageError(f"a task cwd uses {FILES_PLACEHOLDER}: pass --files DIR")
-    budget = _budget(args)
     if not todo:  # nothing to run: connect to nothing, start nothing
         return _report(Summary(0, 0, False, 0), len(bad), args.out, err)
     if args.ray is not None:

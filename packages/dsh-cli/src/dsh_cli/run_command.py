@@ -23,7 +23,6 @@ import argparse
 import functools
 import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -39,7 +38,6 @@ from dsh_subagent import (
     ERROR,
     MAX_TOKENS,
     REFUSAL,
-    Budget,
     CancelController,
     ParentContext,
     SubagentError,
@@ -54,6 +52,7 @@ from pydantic import JsonValue
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import UsageError
 from dsh_cli.loader import Composition, load_profile
+from dsh_cli.options import add_budget_flags, budget_from, resolve_target
 from dsh_cli.progress_view import LiveView, PlainView, RunView
 from dsh_cli.runtime import open_runtime, validate_task
 from dsh_cli.spawnguard import SpawnCounter
@@ -117,54 +116,7 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         help="print one JSON record on stdout (answer, stop_reason, diagnostic, usage, "
         "elapsed_seconds) instead of the answer",
     )
-    run.add_argument(
-        "--timeout",
-        metavar="SECONDS",
-        help="wall-clock bound of the run, startup included; only tightens the instance's "
-        "configured deadline_seconds",
-    )
-    run.add_argument(
-        "--idle-timeout",
-        metavar="SECONDS",
-        help="longest stretch the product may stay silent; only tightens the instance's "
-        "configured idle_timeout_seconds",
-    )
-
-
-def _seconds(flag: str, text: str | None) -> float | None:
-    """A flag's positive, finite number of seconds, or ``None`` when it was not given."""
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{flag}: expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def _budget(args: argparse.Namespace) -> Budget | None:
-    deadline = _seconds("--timeout", args.timeout)
-    idle = _seconds("--idle-timeout", args.idle_timeout)
-    if deadline is None and idle is None:
-        return None  # a provider that does not honour budgets is not refused for nothing
-    return Budget(deadline_seconds=deadline, idle_timeout_seconds=idle)
-
-
-def _resolve_target(composition: Composition, target: str, instance: bool) -> str:
-    if not instance:
-        for tool in composition.tools:
-            if tool.name == target:
-                return tool.provider
-    names = [p.name for p in composition.providers]
-    if target in names:
-        return target
-    tools = ", ".join(t.name for t in composition.tools) or "none"
-    raise UsageError(
-        f"unknown {'instance' if instance else 'tool or instance'} {target!r} "
-        f"(tools: {tools}; instances: {', '.join(names) or 'none'})"
-    )
+    add_budget_flags(run, scope="of the run")
 
 
 async def _watch_signals(
@@ -362,14 +314,14 @@ def cmd_run(
     log_handler: logging.StreamHandler[TextIO] | None = None,
 ) -> int:
     """``dsh run``; every failure is one line on stderr (see the exit status table)."""
-    budget = _budget(args)
+    budget = budget_from(args)
     if args.background and (budget is not None or args.json):
         raise UsageError("--timeout, --idle-timeout and --json apply to foreground runs only")
     task = sys.stdin.read() if args.task == "-" else args.task
     validate_task(task)
     with SpawnCounter(forbid=True):
         composition = load_profile(args.profile, discovery=discovery)
-    provider = _resolve_target(composition, args.target, args.instance)
+    provider = resolve_target(composition, args.target, args.instance)
     cwd = os.path.abspath(args.cwd)
     if args.background:
         row = next((t for t in composition.tools if t.name == args.target), None)
