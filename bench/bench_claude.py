@@ -41,11 +41,11 @@ from bench.bench_common import (
     Comparison,
     Profile,
     ProgressTally,
-    Samples,
     clock,
     collect_progress,
     interleave_many,
     progress_comparison,
+    ratio_rows,
     temp_root,
 )
 
@@ -168,23 +168,18 @@ async def run_p2(profile: Profile) -> list[Comparison]:
                 ours,
                 ours_progress,
             )
-    return [
-        Comparison(
-            benchmark="P2 Claude Code",
-            case=case,
-            ours_label="SubagentService + ClaudeCodeProvider",
-            reference_label="claude_agent_sdk.query() 0.2.189",
-            ours=Samples(tuple(samples)),
-            reference=Samples(tuple(b)),
-            ratio_of="ours/reference",
-            target=f"≤ {TARGET:.2f}",
-            target_check=lambda ratio: ratio <= TARGET,
-        )
-        for case, samples in (
+    rows = ratio_rows(
+        "P2 Claude Code",
+        "SubagentService + ClaudeCodeProvider",
+        "claude_agent_sdk.query() 0.2.189",
+        b,
+        (
             ("start→result→CLI exit", a),
             ("same, host-death guard off (diagnostic, spawn seam)", c),
-        )
-    ] + [progress_row]
+        ),
+        TARGET,
+    )
+    return [*rows, progress_row]
 
 
 def _mkdir(path: Path) -> Path:

@@ -40,11 +40,11 @@ from bench.bench_common import (
     Comparison,
     Profile,
     ProgressTally,
-    Samples,
     clock,
     collect_progress,
     interleave_many,
     progress_comparison,
+    ratio_rows,
     temp_root,
 )
 
@@ -290,23 +290,17 @@ async def run_p1(profile: Profile) -> tuple[list[Comparison], dict[str, Any]]:
                 official_runs.append(phases)
                 with unguarded_codex_spawn():
                     unguarded_runs.append(await ours_phases(service, ours_home, fixture))
-    comparisons = [
-        Comparison(
-            benchmark="P1 Codex",
-            case=case,
-            ours_label="SubagentService + CodexProvider",
-            reference_label="openai-codex 0.163.0 AsyncCodex",
-            ours=Samples(tuple(samples)),
-            reference=Samples(tuple(b)),
-            ratio_of="ours/reference",
-            target=f"≤ {TARGET:.2f}",
-            target_check=lambda ratio: ratio <= TARGET,
-        )
-        for case, samples in (
+    comparisons = ratio_rows(
+        "P1 Codex",
+        "SubagentService + CodexProvider",
+        "openai-codex 0.163.0 AsyncCodex",
+        b,
+        (
             ("start→result→app-server exit", a),
             ("same, host-death guard off (diagnostic patch)", c),
-        )
-    ]
+        ),
+        TARGET,
+    )
     comparisons.append(progress_row)
     breakdown = {
         "n": profile.p1_breakdown,

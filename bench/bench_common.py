@@ -33,6 +33,7 @@ __all__ = [
     "interleave",
     "interleave_many",
     "progress_comparison",
+    "ratio_rows",
     "temp_root",
 ]
 
@@ -370,3 +371,28 @@ def bootstrap_median_interval(
         statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples)
     )
     return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
+def ratio_rows(
+    benchmark: str,
+    ours_label: str,
+    reference_label: str,
+    reference: Sequence[float],
+    cases: Sequence[tuple[str, Sequence[float]]],
+    target: float,
+) -> list[Comparison]:
+    """One "ours/reference ≤ target" row per ``(case, our samples)`` against one reference."""
+    return [
+        Comparison(
+            benchmark=benchmark,
+            case=case,
+            ours_label=ours_label,
+            reference_label=reference_label,
+            ours=Samples(tuple(samples)),
+            reference=Samples(tuple(reference)),
+            ratio_of="ours/reference",
+            target=f"≤ {target:.2f}",
+            target_check=lambda ratio: ratio <= target,
+        )
+        for case, samples in cases
+    ]
