@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import threading
 from pathlib import Path
+from typing import cast
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import psutil
 import pytest
+from acp.client.connection import ClientSideConnection
+from acp.interfaces import Client
 from acp_harness import Scripted, delegate, make_request, pid_alive, started_run
-from dsh_subagent import ProductStartError
-from dsh_subagent_acp.transport import MAX_FRAME_BYTES
+from dsh_subagent import ProductChild, ProductStartError
+from dsh_subagent_acp.transport import MAX_FRAME_BYTES, LineTransport
 
 
 # The acp library's connection is asyncio-only (see test_backend.py for trio).
@@ -126,3 +131,45 @@ async def test_agent_stderr_is_logged_per_line_never_inherited(
     (record,) = [r for r in records if r.getMessage() == marker]
     assert (record.provider, record.run_id) == ("acp-logged", run.id)  # type: ignore[attr-defined]
     assert marker not in capfd.readouterr().err
+
+
+class _FrameAfterCancel:
+    """A reader whose cancellation is absorbed and which then yields one notification.
+
+    It stands in for a read that completed in the same instant the library cancelled it
+    (an anyio task group racing its own cancel can absorb the native cancellation).
+    """
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def receive_json(self) -> object:
+        self.reads += 1
+        if self.reads == 1:
+            # Absorbed: the read "completed" anyway.
+            with contextlib.suppress(anyio.get_cancelled_exc_class()):
+                await anyio.sleep_forever()
+            return {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s"}}
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+class _Child:
+    def __init__(self) -> None:
+        self.lines = _FrameAfterCancel()
+
+
+async def test_no_frame_reaches_the_library_once_it_closed_the_transport() -> None:
+    """Delivering it would make the closed connection drop a never-awaited handler
+    coroutine (a RuntimeWarning at garbage collection, and a lost notification)."""
+    child = _Child()
+    transport = LineTransport(cast(ProductChild, child))
+    conn = ClientSideConnection(cast(Client, object()), transport)
+    while child.lines.reads == 0:
+        await anyio.lowlevel.checkpoint()  # the library's receive loop is reading
+    # Before the fix: RuntimeError "TaskSupervisor for acp.Connection already closed"
+    # here, and the dropped coroutine reported (unraisable) at the collection below.
+    await conn.close()
+    gc.collect()
+    assert child.lines.reads == 1
+    assert not transport.ended.is_set()  # closing is not the agent's stdout ending

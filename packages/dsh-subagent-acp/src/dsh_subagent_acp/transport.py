@@ -57,6 +57,7 @@ class LineTransport:
         self._send_lock = anyio.Lock()
         self.ended = anyio.Event()
         self.fault: WireFault | None = None
+        self._closed = False
 
     async def send(self, message: dict[str, Any]) -> None:
         """Write one frame; raises ``ConnectionError`` when the agent's stdin is gone."""
@@ -67,8 +68,8 @@ class LineTransport:
                 raise ConnectionError("ACP agent stdin closed") from exc
 
     async def receive(self) -> dict[str, Any] | None:
-        """The next frame; ``None`` at the end of stdout or after a fault."""
-        if self.ended.is_set():
+        """The next frame; ``None`` at the end of stdout, after a fault or once closed."""
+        if self.ended.is_set() or self.is_closed():
             return None
         try:
             message = await self._child.lines.receive_json()
@@ -80,7 +81,17 @@ class LineTransport:
             return self._end("malformed-frame")
         if not _is_json_rpc_frame(message):  # a JSON value that is not a frame
             return self._end("malformed-frame")
+        if self.is_closed():
+            # The read completed as the library closed the connection (its cancellation
+            # of this read can be absorbed by a task group racing its own cancel): a
+            # frame handed over now would be dispatched by a closed connection, whose
+            # handler coroutine is then never awaited. The library reads None as the end.
+            return None
         return message
+
+    def is_closed(self) -> bool:
+        """Whether the library closed this transport (no frame is handed over after)."""
+        return self._closed
 
     def _end(self, fault: WireFault | None) -> dict[str, Any] | None:
         # Returns None: the library's end-of-stream signal.
@@ -89,4 +100,6 @@ class LineTransport:
         return None
 
     async def close(self) -> None:
-        """Nothing to release: the runtime closes stdin and ends the process tree."""
+        """No frame is handed over from now on; the runtime closes stdin and ends the
+        process tree. The library calls this first when its connection closes."""
+        self._closed = True
