@@ -8,6 +8,7 @@ the stdio server never loads the HTTP stack.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
     from dsh_mcp.server import ToolServer, open_tool_server
     from dsh_mcp.settings import McpSettings, ServerSettings, resolve_settings
     from dsh_mcp.stdio import stdio_transport
+
+# Records reach the host's own handlers only, never Python's last-resort stderr output.
+logging.getLogger("dsh_mcp").addHandler(logging.NullHandler())
+logging.getLogger("dsh").addHandler(logging.NullHandler())  # dsh.calls, dsh.jobs
 
 __all__ = [
     "LocalGuard",

@@ -7,7 +7,12 @@ permission requests unattended by policy and tears the whole process tree down o
 dispose.
 """
 
+import logging
+
 from dsh_subagent_acp.config import AcpConfig, PermissionPolicy
 from dsh_subagent_acp.provider import AcpProvider
+
+# Records reach the host's own handlers only, never Python's last-resort stderr output.
+logging.getLogger("dsh_subagent_acp").addHandler(logging.NullHandler())
 
 __all__ = ["AcpConfig", "AcpProvider", "PermissionPolicy"]

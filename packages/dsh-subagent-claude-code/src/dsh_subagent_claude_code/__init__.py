@@ -5,9 +5,14 @@ SDK's official ``query()`` over a transport whose process belongs to the provide
 (:class:`dsh_subagent.ProductProvider`, spawning through dsh-subprocess).
 """
 
+import logging
+
 from dsh_subagent_claude_code.config import ClaudeCodeConfig
 from dsh_subagent_claude_code.product import PINNED_CLI_VERSION, PINNED_SDK_VERSION
 from dsh_subagent_claude_code.provider import ClaudeCodeProvider
+
+# Records reach the host's own handlers only, never Python's last-resort stderr output.
+logging.getLogger("dsh_subagent_claude_code").addHandler(logging.NullHandler())
 
 __all__ = [
     "PINNED_CLI_VERSION",

@@ -6,9 +6,14 @@ Its failures are :mod:`dsh_subagent` errors (``SubagentError``, ``ProductStartEr
 turn driver, the error-info mapping) are internal.
 """
 
+import logging
+
 from dsh_subagent_codex.binary import PINNED_CODEX_VERSION
 from dsh_subagent_codex.config import CodexConfig, PermissionMode
 from dsh_subagent_codex.provider import CodexProvider
+
+# Records reach the host's own handlers only, never Python's last-resort stderr output.
+logging.getLogger("dsh_subagent_codex").addHandler(logging.NullHandler())
 
 __all__ = [
     "PINNED_CODEX_VERSION",

@@ -1,5 +1,7 @@
 """dsh-subagent: the provider-neutral delegation contract."""
 
+import logging
+
 from dsh_subagent.budget import DEADLINE_EXCEEDED, IDLE_TIMEOUT, Budget, BudgetCategory
 from dsh_subagent.cancel import CancelController, CancelSignal
 from dsh_subagent.config_fields import (
@@ -123,6 +125,11 @@ from dsh_subagent.workdir import (
     resolve_child_cwd,
     validate_configured_cwd,
 )
+
+# Records reach the host's own handlers only, never Python's last-resort stderr output.
+# ("dsh" is the parent of the dsh.product.<product> stderr loggers.)
+logging.getLogger("dsh_subagent").addHandler(logging.NullHandler())
+logging.getLogger("dsh").addHandler(logging.NullHandler())
 
 __all__ = [
     "ABORTED",

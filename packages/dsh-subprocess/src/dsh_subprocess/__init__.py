@@ -7,6 +7,8 @@ that called ``setsid`` included), whole-tree exit observation, exit facts and st
 draining.
 """
 
+import logging
+
 from ._guard_server import GUARD_PATH, guard_server_pid, shutdown_guard_server
 from ._hostexit import kill_all_trees_now
 from ._spawn import spawn
@@ -24,6 +26,9 @@ from .errors import CwdProblem, DshSubprocessError, InvalidCwdError, SpawnError
 from .facts import ExitFacts, signal_name
 from .process import ManagedProcess
 from .spec import MAX_GRACE_SECONDS, SpawnSpec, StderrMode, StdioMode
+
+# Records reach the host's own handlers only, never Python's last-resort stderr output.
+logging.getLogger("dsh_subprocess").addHandler(logging.NullHandler())
 
 __all__ = [
     "GUARD_PATH",

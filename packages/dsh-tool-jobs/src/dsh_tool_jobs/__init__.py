@@ -1,5 +1,7 @@
 """dsh-tool-jobs: the background Job runtime and its model-facing controls."""
 
+import logging
+
 from dsh_tool_jobs.activity import ActivityTracker, JobActivity
 from dsh_tool_jobs.background import (
     BACKGROUND_KILL_REASON,
@@ -47,6 +49,9 @@ from dsh_tool_jobs.registry import (
 )
 from dsh_tool_jobs.render import notice_text, render_list, render_output, status_line
 from dsh_tool_jobs.tools import JobKillTool, JobListTool, JobOutputTool, job_tools
+
+# Records reach the host's own handlers only, never Python's last-resort stderr output.
+logging.getLogger("dsh_tool_jobs").addHandler(logging.NullHandler())
 
 __all__ = [
     "BACKGROUND_KILL_REASON",
