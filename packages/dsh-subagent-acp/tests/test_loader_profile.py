@@ -71,3 +71,14 @@ def test_invalid_acp_config_is_a_profile_error_naming_the_field(tmp_path: Path) 
     text = str(caught.value)
     assert "permission" in text
     assert "dispose_eof_grace" in text
+
+
+def test_the_readme_profile_composes_with_shell_snapshots_off() -> None:
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    block = text.split("### codex-acp", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    composition = compose(parse_profile(tomllib.loads(block)))
+    (loaded,) = composition.providers
+    assert isinstance(loaded.provider, AcpProvider)
+    assert loaded.provider.config.args == ("-c", "features.shell_snapshot=false")
+    assert loaded.provider.config.dispose_eof_grace == 0.5
