@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import stat
-import subprocess
 import sys
 import uuid
 from collections import deque
@@ -36,6 +35,7 @@ import anyio
 import anyio.to_thread
 import psutil
 import pytest
+from acp_agent import codex_acp_or_skip
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_subagent import (
     ABORTED,
@@ -56,8 +56,6 @@ from dsh_subprocess.testing import alive, host_descendants, wait_gone
 pytestmark = [pytest.mark.keyless, pytest.mark.anyio]
 
 HOST = str(Path(__file__).with_name("credential_host.py"))
-INSTALLER = Path(__file__).resolve().parents[1] / "scripts" / "install-acp-agent"
-REGISTRY_UNREACHABLE = 3
 TOKEN_NAME = "SERVICE_TOKEN"
 TASK = "Run the tool, then answer."
 ANSWER = "AT-REST-ANSWER"
@@ -81,14 +79,7 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="module")
 def codex_acp() -> str:
     """The native codex-acp binary, installed on demand by the project's script."""
-    done = subprocess.run(
-        [str(INSTALLER)], capture_output=True, text=True, timeout=600, check=False
-    )
-    if done.returncode == REGISTRY_UNREACHABLE:
-        pytest.skip("npm registry unreachable: scripts/install-acp-agent could not install it")
-    if done.returncode != 0:
-        pytest.fail(f"scripts/install-acp-agent failed ({done.returncode}): {done.stderr}")
-    return done.stdout.strip().splitlines()[-1]
+    return codex_acp_or_skip()
 
 
 @dataclass

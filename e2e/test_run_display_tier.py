@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from acp_agent import codex_acp_or_skip
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_contract_tests.fixtures.keyless_profile import (
     AMBIENT_MODEL_VARIABLES,
@@ -36,8 +37,6 @@ from dsh_subprocess.testing import ProcessWatch
 pytestmark = pytest.mark.keyless
 
 DSH = Path(sys.executable).with_name("dsh")
-INSTALLER = Path(__file__).resolve().parents[1] / "scripts" / "install-acp-agent"
-REGISTRY_UNREACHABLE = 3
 CODEX_ANSWER = "DISPLAY_CODEX_SENTINEL"
 CLAUDE_ANSWER = "DISPLAY_CLAUDE_CODE_SENTINEL"
 TASK = "Reply with the sentinel and nothing else."
@@ -213,13 +212,7 @@ def test_json_carries_the_usage_and_cost_the_real_claude_code_reported(
 @pytest.fixture(scope="module")
 def codex_acp() -> str:
     """The native codex-acp binary, installed on demand by the project's script."""
-    done = subprocess.run(
-        [str(INSTALLER)], capture_output=True, text=True, timeout=600, check=False
-    )
-    if done.returncode == REGISTRY_UNREACHABLE:
-        pytest.skip("npm registry unreachable: scripts/install-acp-agent could not install it")
-    assert done.returncode == 0, f"scripts/install-acp-agent failed: {done.stderr}"
-    return done.stdout.strip().splitlines()[-1]
+    return codex_acp_or_skip()
 
 
 def test_the_real_codex_acp_on_a_terminal_and_as_json(tmp_path: Path, codex_acp: str) -> None:

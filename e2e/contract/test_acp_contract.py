@@ -8,13 +8,12 @@ request is answered by the kit directive found in its body (``complete`` → the
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from acp_agent import codex_acp_or_skip
 from dsh_contract_tests import (
     ChildSetup,
     ProviderContract,
@@ -28,8 +27,6 @@ from dsh_contract_tests.fixtures.responses import (
 )
 from dsh_subagent_acp import AcpConfig, AcpProvider
 
-INSTALLER = Path(__file__).resolve().parents[2] / "scripts" / "install-acp-agent"
-REGISTRY_UNREACHABLE = 3
 # A slug codex-acp knows: an unknown one makes it stream a metadata warning as answer text.
 MODEL = "gpt-5.4-mini"
 
@@ -43,17 +40,7 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="module")
 def codex_acp() -> str:
     """The native codex-acp binary, installed on demand by the project's script."""
-    done = subprocess.run(
-        [str(INSTALLER)], capture_output=True, text=True, timeout=600, check=False
-    )
-    if done.returncode == REGISTRY_UNREACHABLE:
-        pytest.skip(
-            "npm registry unreachable: scripts/install-acp-agent could not install codex-acp"
-        )
-    assert done.returncode == 0, f"scripts/install-acp-agent failed: {done.stderr}"
-    binary = done.stdout.strip().splitlines()[-1]
-    assert Path(binary).is_file(), binary
-    return binary
+    return codex_acp_or_skip()
 
 
 class TestAcpContract(ProviderContract):

@@ -10,7 +10,6 @@ installation problem fails them.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from acp_agent import codex_acp_or_skip
 from acp_harness import delegate_with_progress, make_request, pid_alive, started_run
 from dsh_contract_tests.fixtures.responses import (
     DEFAULT_FIXTURE_API_KEY,
@@ -48,8 +48,6 @@ from dsh_subagent import (
 from dsh_subagent_acp import AcpConfig, AcpProvider, PermissionPolicy
 from dsh_subprocess.testing import ProcessWatch, host_descendants
 
-INSTALLER = Path(__file__).resolve().parents[3] / "scripts" / "install-acp-agent"
-REGISTRY_UNREACHABLE = 3
 # A slug codex-acp knows: an unknown one makes it stream a metadata warning as an
 # agent_message_chunk, which would land in the answer (products.md, pitfall A1).
 MODEL = "gpt-5.4-mini"
@@ -68,19 +66,7 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session")
 def codex_acp() -> str:
     """The native codex-acp binary, installed on demand by the project's script."""
-    done = subprocess.run(
-        [str(INSTALLER)], capture_output=True, text=True, timeout=600, check=False
-    )
-    if done.returncode == REGISTRY_UNREACHABLE:
-        pytest.skip(
-            "npm registry unreachable: scripts/install-acp-agent could not install "
-            "@zed-industries/codex-acp@0.16.0"
-        )
-    if done.returncode != 0:
-        pytest.fail(f"scripts/install-acp-agent failed ({done.returncode}): {done.stderr}")
-    binary = done.stdout.strip().splitlines()[-1]
-    assert Path(binary).is_file(), binary
-    return binary
+    return codex_acp_or_skip()
 
 
 def _provider(
