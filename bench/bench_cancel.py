@@ -9,6 +9,7 @@ iterating it (its ``close()`` waits 5 s for a graceful exit before SIGTERM).
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from acp_agent import install_codex_acp
 from dsh_contract_tests.fixtures.responses import (
     Hold,
     ResponsesFixture,
@@ -33,6 +33,7 @@ from bench.bench_common import Profile, Samples, clock, temp_root
 __all__ = ["CancelRow", "run_p3"]
 
 TARGET_SECONDS = 0.25
+_ACP_INSTALLER = Path(__file__).resolve().parents[1] / "scripts" / "install-acp-agent"
 _ACP_MODEL = "gpt-5.4-mini"  # a slug codex-acp knows (products.md pitfall A1)
 
 
@@ -96,9 +97,14 @@ async def _codex_once(root: Path) -> tuple[float, float]:
 def acp_agent() -> tuple[str | None, str]:
     """The pinned codex-acp binary via the project's installer (fast path when present)."""
     try:
-        return install_codex_acp(), "codex-acp 0.16.0"
-    except RuntimeError as exc:  # the registry unreachable included: the row says why
-        return None, str(exc)
+        done = subprocess.run(
+            [str(_ACP_INSTALLER)], capture_output=True, text=True, timeout=600, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"scripts/install-acp-agent could not run: {exc}"
+    if done.returncode != 0:
+        return None, f"scripts/install-acp-agent exited {done.returncode} (no agent)"
+    return done.stdout.strip().splitlines()[-1], "codex-acp 0.16.0"
 
 
 def _acp_once_factory(binary: str, eof_grace: float | None) -> Callable[[Path], Awaitable[Any]]:
