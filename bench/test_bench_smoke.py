@@ -87,3 +87,19 @@ def test_bootstrap_interval_brackets_the_median_and_narrows_with_more_samples() 
     assert low <= sorted(noisy)[40] <= high
     assert high - low < wide_high - wide_low
     assert bootstrap_median_interval([1.0] * 5) == (1.0, 1.0)
+
+
+def test_every_benchmark_module_imports_as_python_m_bench_sees_them() -> None:
+    """``python -m bench`` has only the repository root on its path (not pytest's)."""
+    modules = sorted(p.stem for p in (ROOT / "bench").glob("bench_*.py"))
+    code = "; ".join(f"import bench.{name}" for name in modules)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert len(modules) >= 8
+    assert done.returncode == 0, done.stderr
