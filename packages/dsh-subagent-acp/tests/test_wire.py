@@ -142,9 +142,11 @@ class _FrameAfterCancel:
 
     def __init__(self) -> None:
         self.reads = 0
+        self.reading = anyio.Event()
 
     async def receive_json(self) -> object:
         self.reads += 1
+        self.reading.set()
         if self.reads == 1:
             # Absorbed: the read "completed" anyway.
             with contextlib.suppress(anyio.get_cancelled_exc_class()):
@@ -165,8 +167,7 @@ async def test_no_frame_reaches_the_library_once_it_closed_the_transport() -> No
     child = _Child()
     transport = LineTransport(cast(ProductChild, child))
     conn = ClientSideConnection(cast(Client, object()), transport)
-    while child.lines.reads == 0:
-        await anyio.lowlevel.checkpoint()  # the library's receive loop is reading
+    await child.lines.reading.wait()  # the library's receive loop is reading
     # Before the fix: RuntimeError "TaskSupervisor for acp.Connection already closed"
     # here, and the dropped coroutine reported (unraisable) at the collection below.
     await conn.close()
