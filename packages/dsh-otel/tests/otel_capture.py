@@ -24,7 +24,14 @@ class Captured:
         return list(self.spans.get_finished_spans())
 
     def delegations(self) -> list[ReadableSpan]:
-        return [s for s in self.finished() if s.name.startswith("invoke_agent")]
+        # By scope: a framework's own agent span is also named "invoke_agent ...".
+        return [
+            s
+            for s in self.finished()
+            if s.name.startswith("invoke_agent")
+            and s.instrumentation_scope is not None
+            and s.instrumentation_scope.name == dsh_otel.SCOPE
+        ]
 
     def children(self, parent: ReadableSpan) -> dict[str, ReadableSpan]:
         assert parent.context is not None
@@ -58,7 +65,7 @@ class Captured:
             if not attributes:
                 return
             assert isinstance(attributes, dict) or hasattr(attributes, "items")
-            for key, value in attributes.items():  # type: ignore[attr-defined]
+            for key, value in attributes.items():
                 out.append(str(key))
                 out.append(str(value))
 

@@ -9,12 +9,14 @@ in-memory SDK received.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from dsh_contract_tests.fixtures import messages
+from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
+from dsh_contract_tests.fixtures.messages import HttpError as MessagesHttpError
 from dsh_contract_tests.fixtures.messages import (
     MessagesFixture,
     TextAnswer,
@@ -22,8 +24,8 @@ from dsh_contract_tests.fixtures.messages import (
     ToolUse,
     keyless_claude_home,
 )
-from dsh_contract_tests.fixtures.messages import HttpError as MessagesHttpError
 from dsh_contract_tests.fixtures.responses import (
+    Behaviour,
     FunctionCall,
     Hold,
     PlainAnswer,
@@ -76,12 +78,9 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def no_ambient_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
-
+def no_ambient_model(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in AMBIENT_MODEL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    yield
 
 
 def _codex(tmp_path: Path, fixture: ResponsesFixture, **config: Any) -> CodexProvider:
@@ -89,9 +88,7 @@ def _codex(tmp_path: Path, fixture: ResponsesFixture, **config: Any) -> CodexPro
     write_codex_config(env["CODEX_HOME"], fixture.base_url)
     config.setdefault("dispose_grace", 2.0)
     return CodexProvider(
-        CodexConfig(
-            env=env, permission_mode="dangerously-bypass-approvals-and-sandbox", **config
-        )
+        CodexConfig(env=env, permission_mode="dangerously-bypass-approvals-and-sandbox", **config)
     )
 
 
@@ -149,7 +146,7 @@ async def test_codex_completed_with_a_tool(
     tmp_path: Path, workspace: Path, captured: Captured
 ) -> None:
     command = f"echo {COMMAND_SECRET} $PLANTED_VALUE"
-    script = [
+    script: list[Behaviour] = [
         FunctionCall((("exec_command", {"cmd": command}),), ResponseUsage(1200, 80, 1000, 30)),
         PlainAnswer(f"done {ANSWER_SECRET}", usage=ResponseUsage(1300, 20, 1200)),
     ]
@@ -200,7 +197,7 @@ async def test_codex_budget_expired(tmp_path: Path, workspace: Path, captured: C
             _codex(tmp_path, fixture), workspace, budget=Budget(deadline_seconds=5.0)
         )
     assert (result.stop_reason, survivors) == (ERROR, [])
-    span, attributes = _one_delegation(captured)
+    _, attributes = _one_delegation(captured)
     assert attributes["dsh.budget.outcome"] == "deadline-exceeded"
     assert attributes["error.type"] == "deadline-exceeded"
     assert attributes["dsh.diagnostic.stage"] == "turn"
@@ -224,7 +221,7 @@ async def test_codex_cancelled(tmp_path: Path, workspace: Path, captured: Captur
 async def test_claude_code_completed_with_a_tool(
     tmp_path: Path, workspace: Path, captured: Captured, no_ambient_model: None
 ) -> None:
-    script = [
+    script: list[messages.Behaviour] = [
         ToolUse("Bash", {"command": f"echo {COMMAND_SECRET} $PLANTED_VALUE"}),
         TextAnswer(f"done {ANSWER_SECRET}", TokenUsage(input_tokens=50, output_tokens=9)),
     ]

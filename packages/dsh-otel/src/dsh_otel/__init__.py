@@ -6,8 +6,13 @@ exporters when the standard OpenTelemetry environment variables ask for export. 
 recorded, and what never is: docs/observability.md.
 """
 
+import logging
+
 from dsh_otel.environment import EnvironmentExport, configure_from_environment, export_requested
 from dsh_otel.instrument import SCOPE, Instrumentation, instrument
+
+# Records reach the host's own handlers only, never Python's last-resort stderr output.
+logging.getLogger("dsh_otel").addHandler(logging.NullHandler())
 
 __all__ = [
     "SCOPE",

@@ -83,16 +83,14 @@ class EnvironmentExport:
             self.meter_provider.shutdown()
 
 
-def configure_from_environment(
-    environ: Mapping[str, str] | None = None,
-) -> EnvironmentExport | None:
-    """Instrument with OTLP/HTTP exporters when the environment asks for it, else ``None``.
+def configure_from_environment() -> EnvironmentExport | None:
+    """Instrument with OTLP/HTTP exporters when ``os.environ`` asks for it, else ``None``.
 
     Raises:
         ImportError: The ``export`` extra (the OpenTelemetry SDK and its OTLP/HTTP
             exporter) is not installed.
     """
-    signals = _signals(os.environ if environ is None else environ)
+    signals = _signals(os.environ)
     if not (signals.traces or signals.metrics):
         return None
     from opentelemetry.metrics import NoOpMeterProvider

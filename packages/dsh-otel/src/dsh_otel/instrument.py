@@ -215,7 +215,9 @@ class _Observation:
     def _count(self, dimensions: dict[str, AttributeValue]) -> None:
         self._instruments.delegations.add(1, dimensions)
 
-    def _record_failure(self, result: SubagentResult, dimensions: dict[str, AttributeValue]) -> None:
+    def _record_failure(
+        self, result: SubagentResult, dimensions: dict[str, AttributeValue]
+    ) -> None:
         facts = failure_facts(result.diagnostic)
         span = self._span
         if facts is not None:

@@ -362,7 +362,8 @@ class SubagentService:
         try:
             run = await self._start(name, request, task_group, observations)
         except BaseException as exc:
-            notify(observations, lambda o: o.start_failed(exc))
+            error = exc  # the lambda outlives nothing, but `exc` is unbound after the block
+            notify(observations, lambda o: o.start_failed(error))
             raise
         notify(observations, lambda o: o.started(run))
         return run
