@@ -42,6 +42,7 @@ from bench.bench_common import (
     ProgressTally,
     clock,
     collect_progress,
+    instrumentation_comparison,
     interleave_many,
     progress_comparison,
     ratio_rows,
@@ -280,6 +281,13 @@ async def run_p1(profile: Profile) -> tuple[list[Comparison], dict[str, Any]]:
                 ours,
                 ours_progress,
             )
+            otel_row = await instrumentation_comparison(
+                "P1 Codex",
+                "SubagentService + CodexProvider",
+                profile.warmup,
+                profile.p1_progress_pairs,
+                ours,
+            )
             ours_runs: list[dict[str, float]] = []
             unguarded_runs: list[dict[str, float]] = []
             official_runs: list[dict[str, float]] = []
@@ -301,7 +309,7 @@ async def run_p1(profile: Profile) -> tuple[list[Comparison], dict[str, Any]]:
         ),
         TARGET,
     )
-    comparisons.append(progress_row)
+    comparisons.extend((progress_row, otel_row))
     breakdown = {
         "n": profile.p1_breakdown,
         "ours_median_s": _median_phases(ours_runs),

@@ -322,12 +322,41 @@ async def progress_comparison(
     view of the same cost.
     """
     tally = ProgressTally()
+    return await on_off_comparison(
+        benchmark,
+        "progress collection on (iterator + listener) vs off",
+        (f"{provider_label}, run.progress read", "same, nobody reading progress"),
+        warmup,
+        rounds,
+        off,
+        lambda: on(tally),
+        [tally.note()],
+    )
+
+
+async def on_off_comparison(
+    benchmark: str,
+    case: str,
+    labels: tuple[str, str],
+    warmup: int,
+    rounds: int,
+    off: Callable[[], Awaitable[float]],
+    on: Callable[[], Awaitable[float]],
+    notes: Sequence[str] = (),
+) -> Comparison:
+    """A feature on versus off, same delegation: interleaved rounds, host CPU time noted.
+
+    The order alternates per round (off-on, on-off, ...) so neither side always runs
+    right after the other; the 1 % target makes position bias matter. A host-side
+    feature can only cost host work, so the host process's CPU time per run is the
+    noise-free view of its cost; ``notes`` are prepended to the row's notes.
+    """
     walls: dict[str, list[float]] = {"off": [], "on": []}
     cpus: dict[str, list[float]] = {"off": [], "on": []}
 
     async def side(name: str) -> tuple[float, float]:
         cpu = time.process_time()
-        wall = await (off() if name == "off" else on(tally))
+        wall = await (off() if name == "off" else on())
         return wall, time.process_time() - cpu
 
     for index in range(warmup + rounds):
@@ -342,16 +371,16 @@ async def progress_comparison(
     low, high = bootstrap_median_interval(ratios)
     return Comparison(
         benchmark=benchmark,
-        case="progress collection on (iterator + listener) vs off",
-        ours_label=f"{provider_label}, run.progress read",
-        reference_label="same, nobody reading progress",
+        case=case,
+        ours_label=labels[0],
+        reference_label=labels[1],
         ours=Samples(tuple(walls["on"])),
         reference=Samples(tuple(walls["off"])),
         ratio_of="ours/reference",
         target=f"≤ {PROGRESS_TARGET:.2f}",
         target_check=lambda ratio: ratio <= PROGRESS_TARGET,
         notes=[
-            tally.note(),
+            *notes,
             f"host CPU per run (median): on {cpu_on * 1000:.1f} ms, off {cpu_off * 1000:.1f} ms",
             f"95 % bootstrap interval of the paired-ratio median: {low:.3f}–{high:.3f}",
         ],
@@ -396,3 +425,50 @@ def ratio_rows(
         )
         for case, samples in cases
     ]
+
+
+async def instrumentation_comparison(
+    benchmark: str,
+    provider_label: str,
+    warmup: int,
+    rounds: int,
+    run: Callable[[], Awaitable[float]],
+) -> Comparison:
+    """The same delegation with dsh-otel instrumenting it (SDK providers, in-memory
+    exporters, every span and metric recorded) versus not instrumented at all."""
+    import dsh_otel
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    instrumented = 0
+
+    async def on() -> float:
+        nonlocal instrumented
+        with dsh_otel.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider):
+            wall = await run()
+        instrumented += 1
+        return wall
+
+    try:
+        row = await on_off_comparison(
+            benchmark,
+            "OpenTelemetry instrumentation on (dsh-otel, SDK, in-memory export) vs off",
+            (f"{provider_label}, dsh_otel.instrument()", "same, not instrumented"),
+            warmup,
+            rounds,
+            run,
+            on,
+        )
+        recorded = len(spans.get_finished_spans())
+        row.notes.insert(0, f"{recorded} spans recorded over {instrumented} instrumented runs")
+        return row
+    finally:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()

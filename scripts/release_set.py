@@ -31,6 +31,7 @@ RELEASE_SET: Final = (
     "dsh-pydantic-ai",
     "dsh-openai-agents",
     "dsh-mcp",
+    "dsh-otel",
     "dsh-contract-tests",
 )
 """Every published distribution, in dependency order."""

@@ -20,6 +20,7 @@ LOGGERS = {
     "dsh_subagent_claude_code": ["dsh_subagent_claude_code"],
     "dsh_subagent_acp": ["dsh_subagent_acp"],
     "dsh_mcp": ["dsh_mcp", "dsh.calls", "dsh.jobs"],
+    "dsh_otel": ["dsh_otel"],
 }
 
 

@@ -97,10 +97,27 @@ def test_any_name_with_the_own_prefix_in_any_case_is_scrubbed(prefix: str, rest:
 @given(name=_names)
 def test_the_rule_is_exactly_marker_substring_or_dsh_prefix(name: str) -> None:
     upper = name.upper()
-    expected = any(m in upper for m in ("KEY", "PASSWORD", "SECRET", "TOKEN")) or upper.startswith(
-        "DSH_"
+    expected = (
+        any(m in upper for m in ("KEY", "PASSWORD", "SECRET", "TOKEN"))
+        or upper.startswith("DSH_")
+        or re.fullmatch(r"OTEL_EXPORTER_OTLP_([A-Z]+_)?HEADERS", upper) is not None
     )
     assert is_scrubbed_name(name) is expected
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+        "otel_exporter_otlp_logs_headers",
+    ],
+)
+def test_telemetry_exporter_headers_are_withheld(name: str) -> None:
+    # Their values carry the collector's credentials ("authorization=Bearer ...").
+    assert is_scrubbed_name(name)
+    assert not is_scrubbed_name("OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 @given(environ=st.dictionaries(_names, _values | _url_with_password()))

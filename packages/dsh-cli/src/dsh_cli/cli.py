@@ -35,6 +35,7 @@ from dsh_cli.run_command import (
 )
 from dsh_cli.runtime import open_runtime
 from dsh_cli.spawnguard import SpawnCounter
+from dsh_cli.telemetry import exporting
 
 __all__ = ["EXIT_CODES", "exit_code_for", "main"]
 
@@ -201,9 +202,11 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
             if args.command == "tools":
                 return _cmd_tools(args, out, discovery)
             if args.command == "run":
-                return cmd_run(args, out, err, discovery, log_handler)
+                with exporting(err):
+                    return cmd_run(args, out, err, discovery, log_handler)
             if args.command == "batch":
-                return cmd_batch(args, out, err, discovery)
+                with exporting(err):
+                    return cmd_batch(args, out, err, discovery)
             return _cmd_demo(args, out, err)
         except DshCliError as exc:
             print(f"dsh: error: {exc}", file=err)
@@ -245,7 +248,8 @@ def _cmd_mcp(rest: list[str], err: TextIO) -> int:
             return EXIT_START_FAILED
         print(_MCP_MISSING, file=err)
         return EXIT_USAGE
-    return mcp_main(rest, prog="dsh mcp")
+    with exporting(err):
+        return mcp_main(rest, prog="dsh mcp")
 
 
 def _cmd_tools(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscovery | None) -> int:

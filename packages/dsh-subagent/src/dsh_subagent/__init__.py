@@ -52,6 +52,7 @@ from dsh_subagent.lines import (
     MalformedLineError,
     MalformedLinePolicy,
 )
+from dsh_subagent.observe import ObservedRun, RunObservation, RunObserver, add_run_observer
 from dsh_subagent.product import ProductProvider
 from dsh_subagent.product_child import Launch, ProductChild
 from dsh_subagent.progress import (
@@ -174,6 +175,7 @@ __all__ = [
     "MalformedLinePolicy",
     "ModelTool",
     "NamedProviderConfig",
+    "ObservedRun",
     "OutOfProcessProvider",
     "ParentContext",
     "ParentSource",
@@ -193,6 +195,8 @@ __all__ = [
     "ProviderRemoved",
     "PublishedRun",
     "ResolvedSubagentStartRequest",
+    "RunObservation",
+    "RunObserver",
     "StartCancelledError",
     "SubagentCapabilities",
     "SubagentDescriptor",
@@ -221,6 +225,7 @@ __all__ = [
     "TurnStarted",
     "Usage",
     "UsageUpdated",
+    "add_run_observer",
     "assert_positive_finite",
     "assert_usable_cwd",
     "check_max_depth",

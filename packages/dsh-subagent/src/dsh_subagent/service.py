@@ -38,6 +38,7 @@ from dsh_subagent.events import (
     dispatch,
     render_error,
 )
+from dsh_subagent.observe import RunObservation, notify, open_observations
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.types import (
     ERROR,
@@ -129,13 +130,28 @@ class PublishedRun:
     dispose exactly the runs whose holders have not.
     """
 
-    __slots__ = ("_inner", "_service", "progress", "provider", "run_id")
+    __slots__ = (
+        "_disposing",
+        "_inner",
+        "_observations",
+        "_service",
+        "progress",
+        "provider",
+        "run_id",
+    )
 
     def __init__(
-        self, service: SubagentService, inner: SubagentRun, run_id: str, provider: str
+        self,
+        service: SubagentService,
+        inner: SubagentRun,
+        run_id: str,
+        provider: str,
+        observations: tuple[RunObservation, ...] = (),
     ) -> None:
         self._service = service
         self._inner = inner
+        self._observations = observations
+        self._disposing = False
         self.run_id = run_id
         """The service-minted id shared by this run's start and end events."""
         self.provider = provider
@@ -163,10 +179,24 @@ class PublishedRun:
 
     async def dispose(self) -> None:
         """Dispose the provider run (memoised by the provider)."""
+        first = not self._disposing
+        self._disposing = True
+        if not first or not self._observations:
+            try:
+                await self._inner.dispose()
+            finally:
+                self._service._live.pop(self.run_id, None)
+            return
+        notify(self._observations, lambda o: o.teardown_started())
+        error: BaseException | None = None
         try:
             await self._inner.dispose()
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
             self._service._live.pop(self.run_id, None)
+            notify(self._observations, lambda o: o.teardown_ended(error))
 
 
 class SubagentService:
@@ -326,6 +356,25 @@ class SubagentService:
         task_group = self._task_group
         if task_group is None or self._closing:
             raise RuntimeError("SubagentService is not running (use `async with service:`)")
+        observations = open_observations(name, self._providers.get(name), request)
+        if not observations:
+            return await self._start(name, request, task_group, observations)
+        try:
+            run = await self._start(name, request, task_group, observations)
+        except BaseException as exc:
+            error = exc  # the lambda outlives nothing, but `exc` is unbound after the block
+            notify(observations, lambda o: o.start_failed(error))
+            raise
+        notify(observations, lambda o: o.started(run))
+        return run
+
+    async def _start(
+        self,
+        name: str,
+        request: SubagentStartRequest,
+        task_group: TaskGroup,
+        observations: tuple[RunObservation, ...],
+    ) -> PublishedRun:
         provider = self._providers.get(name)
         if provider is None:
             raise SubagentError(
@@ -374,38 +423,52 @@ class SubagentService:
                         render_error(exc),
                     )
             raise RuntimeError("SubagentService closed while the run was starting")
-        return self._publish(name, inner, request.parent, task_group)
+        return self._publish(name, inner, request.parent, task_group, observations)
 
     def _closed_meanwhile(self) -> bool:
         # A method, not an inline check: the flag changes across the await above.
         return self._closing
 
     def _publish(
-        self, name: str, inner: SubagentRun, parent: ParentContext, task_group: TaskGroup
+        self,
+        name: str,
+        inner: SubagentRun,
+        parent: ParentContext,
+        task_group: TaskGroup,
+        observations: tuple[RunObservation, ...],
     ) -> PublishedRun:
-        run = PublishedRun(self, inner, str(uuid.uuid4()), name)
+        run = PublishedRun(self, inner, str(uuid.uuid4()), name, observations)
         local = inner.local_agent is not None
         self._live[run.run_id] = run
         started = SubagentRunStarted(
             run_id=run.run_id, provider=name, id=inner.id, local=local, parent=parent
         )
         self._observing += 1
-        task_group.start_soon(self._observe, inner, started, run.progress)
+        task_group.start_soon(self._observe, inner, started, run.progress, observations)
         self._emit(started, contained=True)
         return run
 
     async def _observe(
-        self, run: SubagentRun, started: SubagentRunStarted, progress: ProgressStream
+        self,
+        run: SubagentRun,
+        started: SubagentRunStarted,
+        progress: ProgressStream,
+        observations: tuple[RunObservation, ...],
     ) -> None:
         stop_reason = ERROR
         output = None
+        result: SubagentResult | None = None
+        error: BaseException | None = None
         try:
             result = await run.result()
             stop_reason = result.stop_reason
             output = result.output or None
         except Exception as exc:  # the holder still sees the raise; the pair still closes
+            error = exc
             _log.warning("subagent: run %s result raised: %s", started.run_id, render_error(exc))
         finally:
+            if observations:
+                notify(observations, lambda o: o.settled(result, error))
             progress.close()  # idempotent: the runtime closes its own at settlement
             self._observing -= 1
             if self._observing == 0 and self._idle is not None:

@@ -4,7 +4,10 @@ The rule: the child starts from a copy of the parent environment that leaves out
 
 * every name containing ``KEY``, ``PASSWORD``, ``SECRET`` or ``TOKEN`` anywhere, compared
   case-insensitively (so ``TOKENIZERS_PARALLELISM`` and ``KEYBOARD_LAYOUT`` go too),
-* every name whose upper-case form starts with ``DSH_`` (so ``dsh_x`` goes too), and
+* every name whose upper-case form starts with ``DSH_`` (so ``dsh_x`` goes too),
+* the OpenTelemetry exporter header variables (``OTEL_EXPORTER_OTLP_HEADERS`` and its
+  per-signal forms such as ``OTEL_EXPORTER_OTLP_TRACES_HEADERS``), which carry the
+  collector's credentials in their values, and
 * every variable whose value carries a URL with a password in its userinfo
   (``scheme://user:password@host…``, e.g. ``DATABASE_URL=postgres://u:pw@h/db`` or
   ``HTTPS_PROXY=http://user:pass@proxy``), whatever its name: see
@@ -32,6 +35,8 @@ __all__ = [
 
 _CREDENTIAL_SHAPED = re.compile("KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 _OWN_PREFIX = "DSH_"
+# The host's telemetry credentials (``authorization=Bearer …``) sit in these values.
+_OTLP_HEADERS = re.compile(r"OTEL_EXPORTER_OTLP_(?:[A-Z]+_)?HEADERS", re.IGNORECASE)
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _AUTHORITY = re.compile(r"[^/\s]*")
 
@@ -63,9 +68,14 @@ def is_scrubbed_name(name: str) -> bool:
 
     Returns:
         ``True`` when the name contains ``KEY``/``PASSWORD``/``SECRET``/``TOKEN``
-        (case-insensitive substring) or its upper-case form starts with ``DSH_``.
+        (case-insensitive substring), its upper-case form starts with ``DSH_``, or it is
+        an OpenTelemetry exporter header variable (``OTEL_EXPORTER_OTLP[_<SIGNAL>]_HEADERS``).
     """
-    return _CREDENTIAL_SHAPED.search(name) is not None or name.upper().startswith(_OWN_PREFIX)
+    return (
+        _CREDENTIAL_SHAPED.search(name) is not None
+        or name.upper().startswith(_OWN_PREFIX)
+        or _OTLP_HEADERS.fullmatch(name) is not None
+    )
 
 
 def is_scrubbed_value(value: str) -> bool:
