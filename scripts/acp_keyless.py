@@ -21,8 +21,11 @@ from dsh_subagent_acp import AcpConfig, AgentProfile, agent_profile
 __all__ = [
     "KEYLESS_AGENTS",
     "ModelFixture",
+    "ShellThenAnswer",
     "agent_config",
     "directive_fixture",
+    "found_at_rest",
+    "hold",
     "shell_call",
     "text_answer",
 ]
@@ -130,16 +133,17 @@ def hold(wire: str) -> Any:
     return messages.Hold() if wire == "messages" else loopback.Hold()
 
 
-def shell_call(wire: str, command: str) -> Any:
+def shell_call(wire: str, command: str, usage: Any = None) -> Any:
     """A call of the agent's shell tool (whichever name it advertises) running ``command``."""
     if wire == "messages":
-        return messages.ToolUse("Bash", {"command": command, "description": "run it"})
+        return messages.ToolUse("Bash", {"command": command, "description": "run it"}, usage=usage)
     return loopback.ToolCall(
         (
             ("run_shell_command", {"command": command, "description": "run it"}),
             ("bash", {"command": command, "description": "run it"}),
             ("shell", {"command": command}),
-        )
+        ),
+        usage=usage,
     )
 
 
@@ -164,3 +168,77 @@ def agent_config(
     layered.update(env)
     values: dict[str, Any] = {"dispose_eof_grace": 0.2, "dispose_grace": 2.0, **overrides}
     return profile.config(entry, env=layered, **values)
+
+
+_SHELL_TOOLS = ("run_shell_command", "bash", "shell", "Bash")
+
+
+def _advertised(wire: str, body: Any) -> set[str]:
+    tools = body.get("tools") if isinstance(body, dict) else None
+    names: set[str] = set()
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict):
+            continue
+        if wire == "messages":
+            names.add(str(tool.get("name")))
+        elif wire == "gemini":
+            for declaration in tool.get("functionDeclarations") or []:
+                names.add(str(declaration.get("name")))
+        else:
+            names.add(str((tool.get("function") or {}).get("name")))
+    return names
+
+
+def _has_tool_result(wire: str, body: Any) -> bool:
+    text = json.dumps(body)
+    if wire == "messages":
+        return '"tool_result"' in text
+    if wire == "gemini":
+        return '"functionResponse"' in text
+    return '"role": "tool"' in text
+
+
+class ShellThenAnswer:
+    """Route: a model request offering a shell tool gets ``command`` run; then ``answer``.
+
+    Requests that already carry a tool result, or offer no shell tool (an agent's side
+    requests: titles, memory, routing), get ``answer`` with ``usage`` directly.
+    """
+
+    def __init__(self, wire: str, command: str, answer: str, usage: Any = None) -> None:
+        self.wire, self.command, self.answer, self.usage = wire, command, answer, usage
+
+    def __call__(self, request: Any) -> Any:
+        body = request.body
+        if not _has_tool_result(self.wire, body) and _advertised(self.wire, body) & set(
+            _SHELL_TOOLS
+        ):
+            return shell_call(self.wire, self.command, self.usage)
+        if self.wire == "messages":
+            return messages.TextAnswer(self.answer, usage=self.usage)
+        return loopback.TextAnswer(self.answer, usage=self.usage)
+
+
+def found_at_rest(root: Path, needles: Mapping[str, str]) -> list[str]:
+    """``"<relative path>: <which>"`` for every file or name under ``root`` holding a needle.
+
+    Regular files are read whole; symlinks, sockets and FIFOs are named, never opened; a
+    file that vanishes while the walk runs is skipped.
+    """
+    import os
+    import stat
+
+    encoded = {which: value.encode() for which, value in needles.items()}
+    found: list[str] = []
+    for directory, dirs, files in os.walk(root):
+        for name in sorted(dirs + files):
+            path = Path(directory, name)
+            relative = str(path.relative_to(root))
+            data = relative.encode()
+            try:
+                if stat.S_ISREG(path.lstat().st_mode):
+                    data += b"\0" + path.read_bytes()
+            except FileNotFoundError:
+                continue
+            found += [f"{relative}: {which}" for which, n in encoded.items() if n in data]
+    return sorted(found)
