@@ -19,6 +19,7 @@ from dsh_contract_tests.fixtures import chat_completions, gemini, loopback, mess
 from dsh_subagent_acp import AcpConfig, AgentProfile, agent_profile
 
 __all__ = [
+    "FAIL_STATUS",
     "KEYLESS_AGENTS",
     "ModelFixture",
     "ShellThenAnswer",
@@ -113,13 +114,18 @@ class ModelFixture:
         return text in json.dumps(request.body, ensure_ascii=False)
 
 
+# Agents that retry HTTP 500 with a long backoff and no setting to stop it are failed
+# with a status they give up on at once (Gemini CLI: 10 attempts, > 2.5 min, on 500).
+FAIL_STATUS = {"gemini-cli": 400}
+
+
 def directive_fixture(profile: AgentProfile) -> tuple[ModelFixture, Any]:
     """A fixture answering by the kit directive, and its route (set ``error_text`` on it)."""
     route: MessagesDirectiveRoute | LoopbackDirectiveRoute
     if profile.keyless.wire == "messages":
         route = MessagesDirectiveRoute()
     else:
-        route = LoopbackDirectiveRoute()
+        route = LoopbackDirectiveRoute(FAIL_STATUS.get(profile.name, 500))
     return ModelFixture(profile.keyless.wire, route=route), route
 
 

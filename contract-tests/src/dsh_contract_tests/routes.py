@@ -66,10 +66,14 @@ class LoopbackDirectiveRoute:
     Same behaviours as :class:`ResponsesDirectiveRoute`. The directive is searched in the
     JSON body, so a product that repeats the conversation in a side request (a title, a
     routing classifier, a memory pass) gets that request answered by the same directive.
+    ``fail_status`` (default 500) is the status of a ``fail`` answer: a product that
+    retries server errors with a long backoff and no setting to stop it can be failed
+    with a status it does not retry (e.g. 400).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fail_status: int = 500) -> None:
         self.error_text = _FIXTURE_ERROR
+        self.fail_status = fail_status
 
     def __call__(self, request: loopback.RecordedRequest) -> loopback.Behaviour:
         directive = find_directive(json.dumps(request.body, ensure_ascii=False))
@@ -78,5 +82,5 @@ class LoopbackDirectiveRoute:
         if directive.behaviour == "complete":
             return loopback.TextAnswer(directive.token)
         if directive.behaviour == "fail":
-            return loopback.HttpError(500, self.error_text)
+            return loopback.HttpError(self.fail_status, self.error_text)
         return loopback.Hold()

@@ -101,3 +101,24 @@ def test_config_layers_the_profile_env_then_root_env_then_the_callers(
     as_root = profile.config("/p/index.js", provider_name="claude", dispose_grace=1.0)
     assert as_root.env["IS_SANDBOX"] == "1"
     assert (as_root.provider_name, as_root.dispose_grace) == ("claude", 1.0)
+
+
+def test_the_readme_profile_example_runs() -> None:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Tested agent profiles", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(block, "README.md", "exec"), {})  # its assert is the check
+
+
+def test_the_docs_loader_row_is_the_profile() -> None:
+    """docs/agents.md's Loader example runs Gemini CLI exactly as its profile says."""
+    import tomllib
+
+    page = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
+    block = page.split("```toml\n", 1)[1].split("```", 1)[0]
+    (row,) = tomllib.loads(block)["providers"]
+    profile = agent_profile(row["provider_name"])
+    entry = "/opt/acp/" + profile.entry
+    assert (row["config"]["command"], tuple(row["config"]["args"])) == profile.command(entry)
+    assert profile.env.items() <= row["config"]["env"].items()
+    assert row["pass_env"] == list(profile.credential_env)
