@@ -1,9 +1,11 @@
-"""The pinned codex-acp binary for tests and benchmarks, from ``scripts/install-acp-agent``.
+"""The pinned ACP agents for tests and benchmarks, from ``scripts/install-acp-agent``.
 
-The installer puts npm ``@zed-industries/codex-acp`` (its pinned version) into the ignored
-``.cache/acp-agents/`` and prints the native binary's path; a second call is a fast path.
-Tests take :func:`codex_acp_or_skip`: a visible skip when the npm registry cannot be
-reached, a failure for anything else.
+The installer puts one agent's npm package (its pinned version: codex-acp by default,
+or any agent it names, e.g. ``gemini-cli``) into the ignored ``.cache/acp-agents/`` and
+prints the entry's path (a native binary, or the JavaScript file ``node`` runs); a
+second call is a fast path. Tests take :func:`codex_acp_or_skip` or
+:func:`agent_or_skip`: a visible skip when the npm registry cannot be reached, a failure
+for anything else.
 """
 
 from __future__ import annotations
@@ -12,14 +14,21 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
-__all__ = ["INSTALLER", "RegistryUnreachableError", "codex_acp_or_skip", "install_codex_acp"]
+__all__ = [
+    "INSTALLER",
+    "RegistryUnreachableError",
+    "agent_or_skip",
+    "codex_acp_or_skip",
+    "install_agent",
+    "install_codex_acp",
+]
 
 INSTALLER: Final = Path(__file__).resolve().with_name("install-acp-agent")
 _REGISTRY_UNREACHABLE: Final = 3  # the installer's exit status for it
 
 
 class RegistryUnreachableError(RuntimeError):
-    """The npm registry could not be reached, so codex-acp could not be installed."""
+    """The npm registry could not be reached, so the agent could not be installed."""
 
 
 def install_codex_acp() -> str:
@@ -29,15 +38,25 @@ def install_codex_acp() -> str:
         RegistryUnreachableError: npm's registry cannot be reached.
         RuntimeError: the installer failed otherwise, or printed no existing binary.
     """
+    return install_agent("codex-acp")
+
+
+def install_agent(name: str) -> str:
+    """The absolute path of agent ``name``'s entry, installing its pinned package when missing.
+
+    Raises:
+        RegistryUnreachableError: npm's registry cannot be reached.
+        RuntimeError: the installer failed otherwise, or printed no existing entry.
+    """
     try:
         done = subprocess.run(
-            [str(INSTALLER)], capture_output=True, text=True, timeout=600, check=False
+            [str(INSTALLER), name], capture_output=True, text=True, timeout=900, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeError(f"scripts/install-acp-agent could not run: {exc}") from exc
     if done.returncode == _REGISTRY_UNREACHABLE:
         raise RegistryUnreachableError(
-            "npm registry unreachable: scripts/install-acp-agent could not install codex-acp"
+            f"npm registry unreachable: scripts/install-acp-agent could not install {name}"
         )
     if done.returncode != 0:
         raise RuntimeError(f"scripts/install-acp-agent failed ({done.returncode}): {done.stderr}")
@@ -49,10 +68,15 @@ def install_codex_acp() -> str:
 
 def codex_acp_or_skip() -> str:
     """:func:`install_codex_acp` for a test: skip visibly without the registry, else fail."""
+    return agent_or_skip("codex-acp")
+
+
+def agent_or_skip(name: str) -> str:
+    """:func:`install_agent` for a test: skip visibly without the registry, else fail."""
     import pytest
 
     try:
-        return install_codex_acp()
+        return install_agent(name)
     except RegistryUnreachableError as exc:
         pytest.skip(str(exc))
     except RuntimeError as exc:

@@ -14,7 +14,11 @@ from dsh_contract_tests.driver import LifecycleEvent, ServiceDriver, SpyProvider
 from dsh_contract_tests.failures import ContractViolation, SilentOptOut
 from dsh_contract_tests.manifest import REQUIREMENTS, Requirement, requirement
 from dsh_contract_tests.processes import ProcessWatch
-from dsh_contract_tests.routes import MessagesDirectiveRoute, ResponsesDirectiveRoute
+from dsh_contract_tests.routes import (
+    LoopbackDirectiveRoute,
+    MessagesDirectiveRoute,
+    ResponsesDirectiveRoute,
+)
 from dsh_contract_tests.scenario import (
     DIRECTIVE_PREFIX,
     ENV_ERROR_TEXT,
@@ -43,6 +47,7 @@ __all__ = [
     "CredentialedProviderContract",
     "Directive",
     "LifecycleEvent",
+    "LoopbackDirectiveRoute",
     "MessagesDirectiveRoute",
     "PlantedSecrets",
     "ProcessWatch",

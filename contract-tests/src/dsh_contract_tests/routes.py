@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 
-from dsh_contract_tests.fixtures import messages, responses
+from dsh_contract_tests.fixtures import loopback, messages, responses
 from dsh_contract_tests.scenario import find_directive
 
-__all__ = ["MessagesDirectiveRoute", "ResponsesDirectiveRoute"]
+__all__ = ["LoopbackDirectiveRoute", "MessagesDirectiveRoute", "ResponsesDirectiveRoute"]
 
 _FIXTURE_ERROR = "fixture error"
 
@@ -58,3 +58,29 @@ class MessagesDirectiveRoute:
         if directive.behaviour == "fail":
             return messages.HttpError(500, self.error_text)
         return messages.Hold()
+
+
+class LoopbackDirectiveRoute:
+    """``route`` for the Chat Completions and Gemini fixtures (``fixtures.loopback`` wires).
+
+    Same behaviours as :class:`ResponsesDirectiveRoute`. The directive is searched in the
+    JSON body, so a product that repeats the conversation in a side request (a title, a
+    routing classifier, a memory pass) gets that request answered by the same directive.
+    ``fail_status`` (default 500) is the status of a ``fail`` answer: a product that
+    retries server errors with a long backoff and no setting to stop it can be failed
+    with a status it does not retry (e.g. 400).
+    """
+
+    def __init__(self, fail_status: int = 500) -> None:
+        self.error_text = _FIXTURE_ERROR
+        self.fail_status = fail_status
+
+    def __call__(self, request: loopback.RecordedRequest) -> loopback.Behaviour:
+        directive = find_directive(json.dumps(request.body, ensure_ascii=False))
+        if directive is None:
+            return loopback.TextAnswer("ok")
+        if directive.behaviour == "complete":
+            return loopback.TextAnswer(directive.token)
+        if directive.behaviour == "fail":
+            return loopback.HttpError(self.fail_status, self.error_text)
+        return loopback.Hold()

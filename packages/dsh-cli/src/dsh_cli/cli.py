@@ -1,4 +1,4 @@
-"""The ``dsh`` command: ``check``, ``tools``, ``run``, ``batch``, ``demo`` and ``mcp``.
+"""The ``dsh`` command: ``check``, ``tools``, ``run``, ``batch``, ``agents``, ``demo`` and ``mcp``.
 
 ``dsh mcp ...`` hands everything after ``mcp`` to the dsh-mcp distribution's own command
 (imported only then); without dsh-mcp installed it fails with one line and exit 2.
@@ -20,6 +20,7 @@ from typing import Any, Final, TextIO
 import anyio
 from pydantic import JsonValue
 
+from dsh_cli.agents_command import add_agents_parser, cmd_agents
 from dsh_cli.batch import add_batch_parser, cmd_batch
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import DshCliError
@@ -156,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(run)
 
     add_batch_parser(sub, common)
+    add_agents_parser(sub, common)
 
     demo = sub.add_parser(
         "demo",
@@ -207,6 +209,8 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
             if args.command == "batch":
                 with exporting(err):
                     return cmd_batch(args, out, err, discovery)
+            if args.command == "agents":
+                return cmd_agents(args, out)
             return _cmd_demo(args, out, err)
         except DshCliError as exc:
             print(f"dsh: error: {exc}", file=err)

@@ -9,10 +9,19 @@ dispose.
 
 import logging
 
+from dsh_subagent_acp.agents import AgentProfile, KeylessWiring, agent_profile, known_agents
 from dsh_subagent_acp.config import AcpConfig, PermissionPolicy
 from dsh_subagent_acp.provider import AcpProvider
 
 # Records reach the host's own handlers only, never Python's last-resort stderr output.
 logging.getLogger("dsh_subagent_acp").addHandler(logging.NullHandler())
 
-__all__ = ["AcpConfig", "AcpProvider", "PermissionPolicy"]
+__all__ = [
+    "AcpConfig",
+    "AcpProvider",
+    "AgentProfile",
+    "KeylessWiring",
+    "PermissionPolicy",
+    "agent_profile",
+    "known_agents",
+]
