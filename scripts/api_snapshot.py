@@ -31,6 +31,7 @@ DISTRIBUTIONS = {
     "dsh-pydantic-ai": "dsh_pydantic_ai",
     "dsh-openai-agents": "dsh_openai_agents",
     "dsh-mcp": "dsh_mcp",
+    "dsh-worktree": "dsh_worktree",
     "dsh-contract-tests": "dsh_contract_tests",
 }
 
