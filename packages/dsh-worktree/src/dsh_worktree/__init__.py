@@ -11,7 +11,7 @@ import logging
 
 from dsh_worktree.errors import WorktreeError
 from dsh_worktree.lifecycle import COMMIT_AUTHOR, COMMIT_EMAIL, commit_message
-from dsh_worktree.provider import WorktreeProvider, WorktreeRun
+from dsh_worktree.provider import WorktreeProvider, WorktreeRun, preflight
 from dsh_worktree.recovery import (
     OwnedWorktree,
     Recovered,
@@ -40,6 +40,7 @@ __all__ = [
     "default_root",
     "list_worktrees",
     "open_repository",
+    "preflight",
     "prune",
     "recover",
     "recover_repository",

@@ -38,7 +38,7 @@ from dsh_worktree.recovery import recover
 from dsh_worktree.repo import check_new_branch, open_repository, resolve_base
 from dsh_worktree.settings import Worktree
 
-__all__ = ["START_FAILED", "WorktreeProvider", "WorktreeRun", "configured_cwd_of"]
+__all__ = ["START_FAILED", "WorktreeProvider", "WorktreeRun", "configured_cwd_of", "preflight"]
 
 _log = logging.getLogger("dsh_worktree")
 
@@ -51,6 +51,20 @@ def configured_cwd_of(provider: SubagentProvider) -> str | None:
     config = getattr(provider, "config", None)
     value = getattr(config, "cwd", None) if isinstance(config, BaseModel) else None
     return value if isinstance(value, str) else None
+
+
+async def preflight(cwd: str, settings: Worktree) -> None:
+    """The start's bad-input checks, creating nothing: for a command line that must refuse
+    before it starts anything (git on ``PATH``, a non-bare repository around ``cwd``, the
+    base ref, the branch name with a sample id, and the branch itself when the pattern
+    has no ``{id}``).
+
+    Raises:
+        WorktreeError: the first problem found.
+    """
+    repo = await open_repository(cwd, git_executable())
+    await resolve_base(repo, settings.base)
+    await check_new_branch(repo, settings.branch_for("0" * 12))
 
 
 class WorktreeProvider(SubagentProvider):
