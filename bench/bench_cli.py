@@ -23,7 +23,7 @@ from bench.bench_report import render_markdown
 
 __all__ = ["BENCHMARKS", "main", "run"]
 
-BENCHMARKS = ("P1", "P2", "P3", "P4", "P5", "P6")
+BENCHMARKS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _SURVIVOR_GRACE_SECONDS = 1.0
 
@@ -72,6 +72,12 @@ async def _p6(profile: Profile) -> dict[str, Any]:
     return {"rows": [row.as_json() for row in rows], "meta": meta}
 
 
+async def _p7(profile: Profile) -> dict[str, Any]:
+    from bench.bench_worktree import run_p7
+
+    return {"rows": [row.as_json() for row in await run_p7(profile)]}
+
+
 _RUNNERS: dict[str, Callable[[Profile], Awaitable[dict[str, Any]]]] = {
     "P1": _p1,
     "P2": _p2,
@@ -79,6 +85,7 @@ _RUNNERS: dict[str, Callable[[Profile], Awaitable[dict[str, Any]]]] = {
     "P4": _p4,
     "P5": _p5,
     "P6": _p6,
+    "P7": _p7,
 }
 
 
@@ -123,7 +130,7 @@ def _selection(text: str | None) -> tuple[str, ...]:
     chosen = tuple(part.strip().upper() for part in text.split(",") if part.strip())
     unknown = [part for part in chosen if part not in BENCHMARKS]
     if unknown:
-        raise SystemExit(f"bench: unknown benchmark(s) {', '.join(unknown)}; choose from P1–P6")
+        raise SystemExit(f"bench: unknown benchmark(s) {', '.join(unknown)}; choose from P1–P7")
     return chosen
 
 

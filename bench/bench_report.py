@@ -150,7 +150,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     results = report["results"]
     comparisons = [
-        row for key in ("P1", "P2", "P4") for row in results.get(key, {}).get("rows", [])
+        row for key in ("P1", "P2", "P4", "P7") for row in results.get(key, {}).get("rows", [])
     ]
     if comparisons:
         lines += [

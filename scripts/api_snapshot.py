@@ -32,6 +32,7 @@ DISTRIBUTIONS = {
     "dsh-openai-agents": "dsh_openai_agents",
     "dsh-mcp": "dsh_mcp",
     "dsh-otel": "dsh_otel",
+    "dsh-worktree": "dsh_worktree",
     "dsh-contract-tests": "dsh_contract_tests",
 }
 

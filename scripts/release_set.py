@@ -27,6 +27,7 @@ RELEASE_SET: Final = (
     "dsh-subagent-codex",
     "dsh-subagent-claude-code",
     "dsh-subagent-acp",
+    "dsh-worktree",
     "dsh-cli",
     "dsh-pydantic-ai",
     "dsh-openai-agents",

@@ -418,6 +418,7 @@ def test_json_record_carries_the_result_and_nothing_else_reaches_stdout(
         "stop_reason": stop_reason,
         "diagnostic": diagnostic,
         "usage": None,  # the scripted product reported none: never guessed
+        "changes": None,  # no isolation
         "elapsed_seconds": record["elapsed_seconds"],
     }
     assert record["elapsed_seconds"] >= 0

@@ -155,7 +155,14 @@ def test_json_is_one_record_on_stdout(sandbox: Sandbox) -> None:
     assert code == 0, err
     (line,) = out.splitlines()
     record = json.loads(line)
-    assert set(record) == {"answer", "stop_reason", "diagnostic", "usage", "elapsed_seconds"}
+    assert set(record) == {
+        "answer",
+        "stop_reason",
+        "diagnostic",
+        "usage",
+        "changes",
+        "elapsed_seconds",
+    }
     assert record["answer"] == TOKEN
     assert record["stop_reason"] == "completed"
     assert record["diagnostic"] is None

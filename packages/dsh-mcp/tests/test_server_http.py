@@ -146,7 +146,12 @@ async def test_the_official_http_client_with_the_token_lists_and_delegates(
         listed = await session.list_tools()
         result = await session.call_tool("subagent_example", complete(token))
     assert listed.tools[0].name == "subagent_example"
-    assert result.structured_content == {"text": token, "stop_reason": "completed", "usage": None}
+    assert result.structured_content == {
+        "text": token,
+        "stop_reason": "completed",
+        "usage": None,
+        "changes": None,
+    }
     running = []
     for proc in psutil.Process(http_server.process.pid).children(recursive=True):
         with contextlib.suppress(psutil.Error):

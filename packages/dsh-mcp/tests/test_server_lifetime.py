@@ -106,6 +106,7 @@ async def test_a_cancelled_call_settles_aborted_and_its_tree_is_gone(box: Sandbo
             "text": token,
             "stop_reason": "completed",
             "usage": None,
+            "changes": None,
         }
 
 

@@ -139,6 +139,11 @@ async def test_an_answer_has_structured_text_stop_reason_and_usage_and_leaves_no
     assert result.is_error is False
     assert [block.text for block in result.content if block.type == "text"] == [token]
     # The example product reports no usage: null, never an estimate.
-    assert result.structured_content == {"text": token, "stop_reason": "completed", "usage": None}
+    assert result.structured_content == {
+        "text": token,
+        "stop_reason": "completed",
+        "usage": None,
+        "changes": None,
+    }
     assert watch.seen  # the product's tree ran (the server started before the watch) ...
     assert [str(p) for p in after if not is_guard(p.argv)] == []  # ... and is gone now

@@ -165,6 +165,7 @@ def test_a_delegation_result_keeps_the_text_and_adds_usage_apart_from_it() -> No
             "cost_usd": 0.5,
             "total_tokens": 8,
         },
+        "changes": None,
     }
     assert usage_json(None) is None
     failed = delegation_result(ToolResult("Error: subagent run failed", is_error=True))

@@ -36,6 +36,7 @@ from dsh_subagent import (
     Budget,
     CancelController,
     CancelSignal,
+    Changes,
     ParentContext,
     SubagentError,
     SubagentResult,
@@ -48,6 +49,7 @@ from dsh_subagent import (
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, read_tasks
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import ProfileError, UsageError
+from dsh_cli.isolation import add_worktree_flags, check_isolation, isolate_from_flags
 from dsh_cli.loader import Composition, compose
 from dsh_cli.options import add_budget_flags, budget_from, resolve_target
 from dsh_cli.profile import parse_profile, read_profile
@@ -206,6 +208,7 @@ async def run_task(
         answer: str = "",
         diagnostic: str | None = None,
         usage: Usage | None = None,
+        changes: Changes | None = None,
     ) -> BatchRecord:
         return BatchRecord(
             id=task.id,
@@ -213,6 +216,7 @@ async def run_task(
             answer=answer,
             diagnostic=diagnostic,
             usage=usage,
+            changes=changes,
             elapsed_seconds=round(time.monotonic() - started, 3),
         )
 
@@ -249,7 +253,7 @@ async def run_task(
         return record(ERROR, diagnostic=failure)
     if cancel.aborted and result.stop_reason == ABORTED:
         return None
-    return record(result.stop_reason, result.text, result.diagnostic, result.usage)
+    return record(result.stop_reason, result.text, result.diagnostic, result.usage, result.changes)
 
 
 @dataclass(frozen=True)
@@ -322,6 +326,7 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "shipped to every node with --ray",
     )
     add_budget_flags(batch, scope="per task")
+    add_worktree_flags(batch, scope="each task")
     batch.add_argument(
         "--ray",
         nargs="?",
@@ -355,6 +360,11 @@ def cmd_batch(
     task_list = read_tasks(args.tasks)
     composition = load_batch_profile(args.profile, files, discovery=discovery)
     provider = resolve_target(composition, args.target, args.instance)
+    if args.ray is not None and args.worktree:
+        raise UsageError(
+            "--worktree runs on this machine; with --ray set the isolation in the profile"
+        )
+    composition = isolate_from_flags(composition, provider, args)
     results = ResultsFile(args.out)
 
     bad = list(task_list.bad_lines)
@@ -374,6 +384,9 @@ def cmd_batch(
         raise UsageError(f"a task cwd uses {FILES_PLACEHOLDER}: pass --files DIR")
     if not todo:  # nothing to run: connect to nothing, start nothing
         return _report(Summary(0, 0, False, 0), len(bad), args.out, err)
+    if args.ray is None:
+        base_dir = os.path.abspath(args.cwd or ".")
+        check_isolation(composition, provider, (task_cwd(t, base_dir, files) for t in todo))
     if args.ray is not None:
         from dsh_cli.batch_ray import check_ray
 

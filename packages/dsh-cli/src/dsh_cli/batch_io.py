@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final
 
-from dsh_subagent import Usage
+from dsh_subagent import Changes, Usage
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from dsh_cli.errors import UsageError
@@ -64,6 +64,8 @@ class BatchRecord(BaseModel):
             stderr tail, never a credential), or why the task could not start.
         usage: Tokens and cost exactly as the product reported them; ``None`` when it
             reported none.
+        changes: Where an isolated run's changes went (branch, commit, base, counts);
+            ``None`` without isolation.
         elapsed_seconds: From the start of the delegation to its settled, disposed end.
     """
 
@@ -73,6 +75,7 @@ class BatchRecord(BaseModel):
     answer: str = ""
     diagnostic: str | None = None
     usage: Usage | None = None
+    changes: Changes | None = None
     elapsed_seconds: float = Field(ge=0)
 
     def to_line(self) -> str:

@@ -1,4 +1,5 @@
-"""The ``dsh`` command: ``check``, ``tools``, ``run``, ``batch``, ``agents``, ``demo`` and ``mcp``.
+"""The ``dsh`` command: ``check``, ``tools``, ``run``, ``batch``, ``agents``, ``worktrees``,
+``demo`` and ``mcp``.
 
 ``dsh mcp ...`` hands everything after ``mcp`` to the dsh-mcp distribution's own command
 (imported only then); without dsh-mcp installed it fails with one line and exit 2.
@@ -37,6 +38,7 @@ from dsh_cli.run_command import (
 from dsh_cli.runtime import open_runtime
 from dsh_cli.spawnguard import SpawnCounter
 from dsh_cli.telemetry import exporting
+from dsh_cli.worktrees_command import add_worktrees_parser, cmd_worktrees
 
 __all__ = ["EXIT_CODES", "exit_code_for", "main"]
 
@@ -75,6 +77,14 @@ def render_check(
             f"{'yes' if loaded.provider.inherits_parent_context else 'no'}",
             file=out,
         )
+        if loaded.worktree is not None:
+            settings = loaded.worktree.model_dump(mode="json")
+            print(
+                "    isolation: a git worktree per run ("
+                + ", ".join(f"{key}={value!r}" for key, value in settings.items())
+                + ")",
+                file=out,
+            )
     print(f"tools ({len(composition.tool_names)}):", file=out)
     for tool in composition.tools:
         print(f"  {tool.name} -> {tool.provider} (background: {tool.background_mode})", file=out)
@@ -158,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_batch_parser(sub, common)
     add_agents_parser(sub, common)
+    add_worktrees_parser(sub, common)
 
     demo = sub.add_parser(
         "demo",
@@ -211,6 +222,8 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
                     return cmd_batch(args, out, err, discovery)
             if args.command == "agents":
                 return cmd_agents(args, out)
+            if args.command == "worktrees":
+                return cmd_worktrees(args, out, err)
             return _cmd_demo(args, out, err)
         except DshCliError as exc:
             print(f"dsh: error: {exc}", file=err)

@@ -17,6 +17,7 @@ from typing import Any
 
 from dsh_subagent import SubagentProvider
 from dsh_tool_jobs.config import JobsToolsConfig
+from dsh_worktree import Worktree, WorktreeError
 from pydantic import BaseModel, ValidationError
 
 from dsh_cli.discovery import EntryPointDiscovery, ProviderDiscovery
@@ -38,7 +39,9 @@ class LoadedProvider:
         type: The entry-point name the row asked for.
         origin: ``module:attr`` (and distribution) the class came from.
         config: The validated ``Config`` instance.
-        provider: The constructed provider; nothing has been started.
+        provider: The constructed provider (wrapped in its worktree isolation when the
+            row asks for it); nothing has been started.
+        worktree: The row's worktree isolation settings, or ``None``.
     """
 
     row: int
@@ -46,6 +49,7 @@ class LoadedProvider:
     origin: str
     config: BaseModel
     provider: SubagentProvider
+    worktree: Worktree | None = None
 
     @property
     def name(self) -> str:
@@ -177,6 +181,21 @@ def compose(
             )
             continue
         provider = cls(config)  # type: ignore[call-arg]
+        worktree: Worktree | None = None
+        if row.worktree is not None:
+            try:
+                worktree = Worktree.model_validate(row.worktree)
+                provider = worktree.isolate(provider)
+            except ValidationError as exc:
+                problems.extend(
+                    describe_validation_error(
+                        exc, prefix=("providers", index - 1, "worktree"), raw=raw_rows
+                    )
+                )
+                continue
+            except WorktreeError as exc:
+                problems.append(f"{_row_label(index, ident)} field 'worktree': {exc.message}")
+                continue
         name = provider.name
         if name in first_row_of:
             problems.append(
@@ -186,7 +205,7 @@ def compose(
             )
             continue
         first_row_of[name] = index
-        loaded.append(LoadedProvider(index, row.type, origin, config, provider))
+        loaded.append(LoadedProvider(index, row.type, origin, config, provider, worktree))
 
     problems.extend(_check_tools(profile, first_row_of))
     jobs_config = JobsToolsConfig()

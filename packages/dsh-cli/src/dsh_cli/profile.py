@@ -10,6 +10,9 @@ reach the model. Shape::
     [providers.config]             # validated by the provider class's ``Config`` model
     model = "gpt-5.4-mini"
 
+    [providers.worktree]           # optional isolation: a git worktree per delegation
+    base = "main"                  # dsh_worktree.Worktree settings; {} for the defaults
+
     [[tools]]
     name = "subagent_codex_fast"   # model-visible tool name
     provider = "codex-fast"        # the instance this tool binds, statically
@@ -65,6 +68,9 @@ class ProviderRow(BaseModel):
     """The provider's configuration, validated by its ``Config`` model at load."""
     pass_env: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], ...] = ()
     """Host variables copied into ``config.env`` at load when set (keys stay out of profiles)."""
+    worktree: dict[str, Any] | None = None
+    """Isolation: every run of this instance in its own git worktree (``dsh_worktree.Worktree``
+    settings: ``base``, ``branch``, ``root``, ``keep``; ``worktree = {}`` for the defaults)."""
 
 
 class ToolRow(BaseModel):

@@ -44,6 +44,7 @@ from dsh_subagent import (
     SubagentResult,
     SubagentStartRequest,
     TextBlock,
+    render_changes,
 )
 from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_tool_jobs import JobSnapshot
@@ -51,6 +52,7 @@ from pydantic import JsonValue
 
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import UsageError
+from dsh_cli.isolation import add_worktree_flags, check_isolation, isolate_from_flags
 from dsh_cli.loader import Composition, load_profile
 from dsh_cli.options import add_budget_flags, budget_from, resolve_target
 from dsh_cli.progress_view import LiveView, PlainView, RunView
@@ -114,9 +116,10 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--json",
         action="store_true",
         help="print one JSON record on stdout (answer, stop_reason, diagnostic, usage, "
-        "elapsed_seconds) instead of the answer",
+        "changes, elapsed_seconds) instead of the answer",
     )
     add_budget_flags(run, scope="of the run")
+    add_worktree_flags(run, scope="the task")
 
 
 async def _watch_signals(
@@ -255,7 +258,10 @@ def _report_job(snapshot: JobSnapshot, text: str, tool: str, out: TextIO, err: T
 
 
 def _status(result: SubagentResult, provider: str, err: TextIO) -> None:
-    """The status line on stderr, and the diagnostic of a run that did not complete."""
+    """The status line on stderr, the changes line of an isolated run, and the diagnostic
+    of a run that did not complete."""
+    if result.changes is not None:
+        print(f"dsh: {provider}: {render_changes(result.changes)}", file=err)
     if result.stop_reason == COMPLETED:
         print(f"dsh: {provider}: completed", file=err)
         return
@@ -282,14 +288,18 @@ def json_record(result: SubagentResult, elapsed: float) -> dict[str, JsonValue]:
     """The ``--json`` record of a settled run.
 
     ``answer`` is the final text, or the partial output of a run that did not complete;
-    ``usage`` is what the product reported (``null`` fields: not reported), or ``null``.
+    ``usage`` is what the product reported (``null`` fields: not reported), or ``null``;
+    ``changes`` is where an isolated run's changes went (branch, commit, base,
+    files_changed, insertions, deletions, worktree), or ``null`` without isolation.
     """
     usage = None if result.usage is None else result.usage.model_dump(mode="json")
+    changes = None if result.changes is None else result.changes.model_dump(mode="json")
     return {
         "answer": result.text,
         "stop_reason": result.stop_reason,
         "diagnostic": result.diagnostic,
         "usage": usage,
+        "changes": changes,
         "elapsed_seconds": round(elapsed, 3),
     }
 
@@ -322,7 +332,9 @@ def cmd_run(
     with SpawnCounter(forbid=True):
         composition = load_profile(args.profile, discovery=discovery)
     provider = resolve_target(composition, args.target, args.instance)
+    composition = isolate_from_flags(composition, provider, args)
     cwd = os.path.abspath(args.cwd)
+    check_isolation(composition, provider, [cwd])
     if args.background:
         row = next((t for t in composition.tools if t.name == args.target), None)
         if args.instance or row is None or row.background_mode != "one-shot":

@@ -106,7 +106,8 @@ def delegation_result(
     settled: SubagentResult | None = None,
     job_id: str | None = None,
 ) -> types.CallToolResult:
-    """A delegation's result: its text, plus structured ``text``, stop reason and usage.
+    """A delegation's result: its text, plus structured ``text``, stop reason, usage and
+    ``changes`` (branch, commit, base, counts of an isolated run; ``null`` otherwise).
 
     Args:
         result: What the subagent tool returned (text unchanged).
@@ -117,6 +118,10 @@ def delegation_result(
     if settled is not None:
         structured["stop_reason"] = settled.stop_reason
         structured["usage"] = usage_json(settled.usage)
+        # An isolated run (the profile's worktree setting): where its changes went.
+        structured["changes"] = (
+            None if settled.changes is None else settled.changes.model_dump(mode="json")
+        )
     if job_id is not None:
         structured["job_id"] = job_id
     return types.CallToolResult(

@@ -4,6 +4,7 @@ import logging
 
 from dsh_subagent.budget import DEADLINE_EXCEEDED, IDLE_TIMEOUT, Budget, BudgetCategory
 from dsh_subagent.cancel import CancelController, CancelSignal
+from dsh_subagent.changes import Changes, Isolation, render_changes
 from dsh_subagent.config_fields import (
     DEFAULT_DISPOSE_GRACE,
     ConfiguredCwd,
@@ -162,11 +163,13 @@ __all__ = [
     "BudgetCategory",
     "CancelController",
     "CancelSignal",
+    "Changes",
     "ConfiguredCwd",
     "ContentBlock",
     "EnvOverlay",
     "FileChanged",
     "Grace",
+    "Isolation",
     "Launch",
     "LineReader",
     "LineTooLongError",
@@ -237,6 +240,7 @@ __all__ = [
     "one_shot_task_texts",
     "parent_of",
     "publish_run",
+    "render_changes",
     "render_foreground_failure",
     "resolve_child_cwd",
     "run_tool_call",

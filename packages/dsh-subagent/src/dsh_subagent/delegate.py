@@ -17,6 +17,7 @@ import anyio
 
 from dsh_subagent.budget import Budget
 from dsh_subagent.cancel import CancelSignal
+from dsh_subagent.changes import Isolation
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
 from dsh_subagent.progress import ProgressListener
 from dsh_subagent.service import SubagentService
@@ -44,6 +45,7 @@ async def delegate(
     budget: Budget | None = None,
     on_progress: ProgressListener | None = None,
     progress_commands: bool = False,
+    isolation: Isolation | None = None,
 ) -> SubagentResult:
     """Delegate ``task`` and return the settled result; the run is always disposed.
 
@@ -62,6 +64,10 @@ async def delegate(
             the first; it must not block (it runs on the event loop). Progress carries
             product text: it is for the host and its people, never for a model.
         progress_commands: Let tool progress carry the command text.
+        isolation: Run the provider isolated (e.g. ``dsh_worktree.Worktree()``: a git
+            worktree of the cwd's repository on a new branch); the result's ``changes``
+            then says what the run changed. With a service target, register the isolated
+            provider instead (``isolation.isolate(provider)``).
 
     Returns:
         The result: ``completed`` with the answer, or ``error``/``aborted``/... with the
@@ -93,12 +99,20 @@ async def delegate(
                 SubagentErrorCode.INVALID_REQUEST,
                 "delegate: name the registered provider when delegating through a service",
             )
+        if isolation is not None:
+            raise SubagentError(
+                SubagentErrorCode.INVALID_REQUEST,
+                "delegate: isolation wraps a provider; register isolation.isolate(provider) "
+                "with the service instead",
+            )
         return await _run(target, provider, request, on_progress)
     if provider is not None and provider != target.name:
         raise SubagentError(
             SubagentErrorCode.INVALID_REQUEST,
             f"delegate: provider {provider!r} does not name the given provider",
         )
+    if isolation is not None:
+        target = isolation.isolate(target)
     async with SubagentService() as service:
         service.register_provider(target)
         return await _run(service, target.name, request, on_progress)
@@ -137,6 +151,7 @@ def delegate_sync(
     backend: str = "asyncio",
     budget: Budget | None = None,
     on_progress: ProgressListener | None = None,
+    isolation: Isolation | None = None,
 ) -> SubagentResult:
     """Blocking :func:`delegate` for scripts: runs its own event loop.
 
@@ -150,9 +165,12 @@ def delegate_sync(
         backend: The anyio backend (``"asyncio"`` or ``"trio"``).
         budget: As for :func:`delegate`.
         on_progress: As for :func:`delegate`.
+        isolation: As for :func:`delegate`.
     """
 
     async def main() -> SubagentResult:
-        return await delegate(provider, task, cwd=cwd, budget=budget, on_progress=on_progress)
+        return await delegate(
+            provider, task, cwd=cwd, budget=budget, on_progress=on_progress, isolation=isolation
+        )
 
     return anyio.run(main, backend=backend)

@@ -17,6 +17,7 @@ from typing import Final, Literal, Protocol, runtime_checkable
 import anyio
 from pydantic import BaseModel, ConfigDict, JsonValue, StrictBool, StrictInt, field_validator
 
+from dsh_subagent.changes import render_changes
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
 from dsh_subagent.events import ProviderAdded, ProviderRemoved, SubagentEvent, render_error
 from dsh_subagent.service import MAX_SAFE_INTEGER, PublishedRun, SubagentService
@@ -184,13 +185,16 @@ class BackgroundLauncher(Protocol):
 def render_foreground_failure(result: SubagentResult) -> str:
     """The message of a non-completed foreground result (without the ``Error: `` prefix).
 
-    ``<headline>``, then ``\\nDiagnostic: <diagnostic>`` when there is one, then
-    ``\\nPartial output before the run ended:\\n<text>`` when the text is non-empty.
+    ``<headline>``, then ``\\nDiagnostic: <diagnostic>`` when there is one, then the
+    ``\\nChanges: ...`` line of an isolated run (a failed run's work is committed too),
+    then ``\\nPartial output before the run ended:\\n<text>`` when the text is non-empty.
     """
     reason = result.stop_reason
     message = _HEADLINES.get(reason, f"subagent run ended abnormally ({reason})")
     if result.diagnostic:
         message += f"\nDiagnostic: {result.diagnostic}"
+    if result.changes is not None:
+        message += f"\n{render_changes(result.changes)}"
     partial = result.text
     if partial:
         message += f"\nPartial output before the run ended:\n{partial}"
@@ -415,6 +419,8 @@ async def _collect_foreground(run: PublishedRun) -> ToolResult:
         result = await run.result()
         if result.stop_reason == COMPLETED:
             text = text_of(result.output)
+            if result.changes is not None:
+                text += f"\n{render_changes(result.changes)}"
         else:
             result_message = render_foreground_failure(result)
     except Exception as exc:

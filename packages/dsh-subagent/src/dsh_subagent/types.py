@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from dsh_subagent.budget import Budget
 from dsh_subagent.cancel import CancelController, CancelSignal
+from dsh_subagent.changes import Changes
 from dsh_subagent.progress import Usage
 
 __all__ = [
@@ -189,6 +190,8 @@ class SubagentResult(BaseModel):
     stop_reason: str
     usage: Usage | None = None
     """What the product reported it used (tokens, cost); ``None`` when it reported none."""
+    changes: Changes | None = None
+    """What an isolated run changed (branch, commit, counts); ``None`` without isolation."""
 
     @property
     def text(self) -> str:

@@ -31,6 +31,7 @@ from dsh_subagent import (
     SubagentRun,
     SubagentStartRequest,
     UsageUpdated,
+    render_changes,
 )
 from dsh_subagent.service import PublishedRun, SubagentService
 
@@ -67,7 +68,10 @@ async def settle_run(run: SubagentRun) -> JobOutcome:
         outcome = JobOutcome(status="failed", detail=describe_error(exc))
     else:
         if result.stop_reason == COMPLETED:
-            outcome = JobOutcome(status="completed", output=result.text)
+            text = result.text
+            if result.changes is not None:  # an isolated run: where its changes went
+                text += f"\n{render_changes(result.changes)}"
+            outcome = JobOutcome(status="completed", output=text)
         elif result.stop_reason == ABORTED:
             outcome = JobOutcome(status="killed")
         elif result.diagnostic is not None:

@@ -1,0 +1,507 @@
+"""Worktree isolation against real git, the REAL Codex and the REAL Claude Code (keyless).
+
+The loopback model fixtures script each product to edit files through its own tools
+(Codex's shell tool, Claude Code's Bash tool): every task's first model request gets a
+tool call that writes ``shared.txt`` with the task's own line, the request that carries
+the tool's output gets the final answer. Tasks are routed by the ``WT-TASK <id>`` marker
+in their text, so several run at once. The repository's main tree carries its own
+uncommitted, staged and stashed changes, which must never move.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import anyio.to_thread
+import psutil
+import pytest
+from dsh_cli.cli import main
+from dsh_contract_tests.fixtures import messages, responses
+from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
+from dsh_subagent import ABORTED, COMPLETED, CancelController, delegate
+from dsh_subagent_codex import CodexConfig, CodexProvider
+from dsh_subprocess import SpawnSpec, spawn
+from dsh_subprocess.testing import ProcessWatch, wait_gone
+from dsh_worktree import Worktree
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+pytestmark = pytest.mark.keyless
+
+DSH = Path(sys.executable).with_name("dsh")
+HOST = str(Path(__file__).with_name("worktree_host.py"))
+MARKER = re.compile(r"WT-TASK ([a-z0-9-]+)")
+DEADLINE = 120.0  # a failure bound for a loaded machine, never a timing
+
+Product = Literal["codex", "claude-code"]
+
+
+def task_text(task_id: str) -> str:
+    return f"WT-TASK {task_id}: write your line into shared.txt, then say done."
+
+
+def line_for(task_id: str) -> str:
+    return f"version {task_id}"
+
+
+def command_for(task_id: str) -> str:
+    return f"printf '{line_for(task_id)}\\n' > shared.txt"
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip()
+
+
+@dataclass
+class Router:
+    """Tool call first, answer once the tool's output came back; ``hold`` ids then hold."""
+
+    hold: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    answered: list[str] = field(default_factory=list)
+
+    def codex(self, request: responses.RecordedRequest) -> responses.Behaviour | None:
+        found = MARKER.search(json.dumps(request.body))
+        if found is None:
+            return None
+        task_id = found.group(1)
+        if not request.function_call_outputs():
+            command = command_for(task_id)
+            return responses.FunctionCall(
+                (
+                    ("exec_command", {"cmd": command}),
+                    ("shell_command", {"command": command}),
+                    ("shell", {"command": ["/bin/sh", "-c", command]}),
+                ),
+                call_id=f"call_{task_id}",
+            )
+        if task_id in self.hold:
+            return responses.Hold()
+        with self.lock:
+            self.answered.append(task_id)
+        return responses.PlainAnswer(f"EDITED-{task_id}", "final_answer")
+
+    def claude(self, request: messages.RecordedRequest) -> messages.Behaviour | None:
+        text = json.dumps(request.body)
+        found = MARKER.search(text)
+        if found is None:
+            return None
+        task_id = found.group(1)
+        if '"tool_result"' not in text:
+            return messages.ToolUse("Bash", {"command": command_for(task_id)}, f"toolu_{task_id}")
+        if task_id in self.hold:
+            return messages.Hold()
+        with self.lock:
+            self.answered.append(task_id)
+        return messages.TextAnswer(f"EDITED-{task_id}")
+
+
+@dataclass
+class Setup:
+    root: Path
+    repo: Path
+    router: Router
+    codex_model: responses.ResponsesFixture
+    claude_model: messages.MessagesFixture
+    codex_config: dict[str, Any]
+    claude_config: dict[str, Any]
+    env: dict[str, str]
+
+    def profile(self, *, isolated: bool) -> Path:
+        worktree = "\n[providers.worktree]\n" if isolated else ""
+        sections = [
+            '[[providers]]\ntype = "codex"\nprovider_name = "codex-keyless"',
+            _table("providers.config", self.codex_config, skip="env"),
+            _table("providers.config.env", self.codex_config["env"]) + worktree,
+            '[[providers]]\ntype = "claude-code"\nprovider_name = "claude-keyless"',
+            _table("providers.config", self.claude_config, skip="env"),
+            _table("providers.config.env", self.claude_config["env"]) + worktree,
+            '[[tools]]\nname = "subagent_codex"\nprovider = "codex-keyless"\n'
+            'background_mode = "disabled"',
+            '[[tools]]\nname = "subagent_claude_code"\nprovider = "claude-keyless"\n'
+            'background_mode = "disabled"',
+        ]
+        path = self.root / ("isolated.toml" if isolated else "profile.toml")
+        path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
+        return path
+
+    def main_state(self) -> tuple[str, ...]:
+        return (
+            git(self.repo, "status", "--porcelain", "--untracked-files=all"),
+            git(self.repo, "diff"),
+            git(self.repo, "diff", "--cached"),
+            git(self.repo, "stash", "list"),
+            git(self.repo, "rev-parse", "HEAD"),
+        )
+
+    def worktrees(self) -> list[str]:
+        listed = git(self.repo, "worktree", "list", "--porcelain").splitlines()
+        return [line.removeprefix("worktree ") for line in listed if line.startswith("worktree ")]
+
+
+def _table(name: str, values: dict[str, Any], skip: str = "") -> str:
+    lines = [f"[{name}]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in values.items() if k != skip and v is not None]
+    return "\n".join(lines)
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
+    for variable in AMBIENT_MODEL_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = Test\n\temail = test@example.invalid\n[init]\n\tdefaultBranch = main\n",
+        encoding="utf-8",
+    )
+    git_env = {
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    for name, value in git_env.items():
+        monkeypatch.setenv(name, value)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "--quiet")
+    (repo / "shared.txt").write_text("original\n", encoding="utf-8")
+    (repo / "other.txt").write_text("other\n", encoding="utf-8")
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", "-m", "initial")
+    # The main tree's own work in progress: a stash, a staged file, an uncommitted edit.
+    (repo / "shared.txt").write_text("stashed\n", encoding="utf-8")
+    git(repo, "stash", "--quiet")
+    (repo / "staged.txt").write_text("staged\n", encoding="utf-8")
+    git(repo, "add", "staged.txt")
+    (repo / "other.txt").write_text("uncommitted\n", encoding="utf-8")
+    router = Router()
+    with (
+        responses.ResponsesFixture(route=router.codex) as codex_model,
+        messages.MessagesFixture(
+            default=messages.TextAnswer("unrouted"), route=router.claude
+        ) as claude_model,
+    ):
+        codex_env = responses.codex_keyless_env(tmp_path / "codex")
+        responses.write_codex_config(
+            codex_env["CODEX_HOME"], codex_model.base_url, sandbox_mode="danger-full-access"
+        )
+        claude_home = messages.keyless_claude_home(tmp_path / "claude", claude_model.base_url)
+        claude_env: dict[str, str | None] = dict(claude_home.env)
+        if os.geteuid() == 0:  # the CLI refuses the bypass as root outside a sandbox
+            claude_env["IS_SANDBOX"] = "1"
+        yield Setup(
+            tmp_path,
+            repo,
+            router,
+            codex_model,
+            claude_model,
+            {
+                "env": codex_env,
+                "permission_mode": "dangerously-bypass-approvals-and-sandbox",
+                "dispose_grace": 2.0,
+            },
+            {"env": claude_env, "permission_mode": "bypassPermissions", "dispose_grace": 2.0},
+            {
+                **git_env,
+                "NO_PROXY": "127.0.0.1,localhost",
+                "HTTP_PROXY": "",
+                "HTTPS_PROXY": "",
+                "ALL_PROXY": "",
+            },
+        )
+
+
+def _assert_branches(
+    setup: Setup, changes: dict[str, dict[str, Any]], before: tuple[str, ...]
+) -> None:
+    base = before[-1]
+    for task_id, change in changes.items():
+        assert change["base"] == base
+        assert change["commit"] is not None, task_id
+        assert git(setup.repo, "rev-parse", change["branch"]) == change["commit"]
+        assert git(setup.repo, "show", f"{change['commit']}:shared.txt") == line_for(task_id)
+        names = git(setup.repo, "diff", "--name-only", base, change["commit"])
+        assert names == "shared.txt", task_id
+        assert (change["files_changed"], change["insertions"], change["deletions"]) == (1, 1, 1)
+    assert len({change["branch"] for change in changes.values()}) == len(changes)
+    assert setup.main_state() == before
+    assert setup.worktrees() == [str(setup.repo)]
+
+
+@pytest.mark.parametrize(
+    ("product", "tool"), [("codex", "subagent_codex"), ("claude-code", "subagent_claude_code")]
+)
+def test_a_batch_of_four_parallel_edits_lands_on_four_branches(
+    setup: Setup, product: Product, tool: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = ["one", "two", "three", "four"]
+    tasks = setup.root / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"id": i, "task": task_text(i)}) + "\n" for i in ids), encoding="utf-8"
+    )
+    out = setup.root / "results.jsonl"
+    before = setup.main_state()
+    with ProcessWatch() as watch:
+        code = main(
+            [
+                "batch",
+                str(setup.profile(isolated=False)),
+                tool,
+                str(tasks),
+                "--out",
+                str(out),
+                "--cwd",
+                str(setup.repo),
+                "--concurrency",
+                "4",
+                "--worktree",
+            ]
+        )
+        err = capsys.readouterr().err
+        assert code == 0, err
+        assert watch.alive() == []
+    records = {r["id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert {i: r["answer"] for i, r in records.items()} == {i: f"EDITED-{i}" for i in ids}
+    assert sorted(setup.router.answered) == sorted(ids)
+    _assert_branches(setup, {i: r["changes"] for i, r in records.items()}, before)
+    assert {"codex" if product == "codex" else "claude"} <= {p.name for p in watch.seen}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_two_concurrent_mcp_calls_edit_in_their_own_worktrees(setup: Setup) -> None:
+    before = setup.main_state()
+    params = StdioServerParameters(
+        command=str(DSH),
+        args=["mcp", str(setup.profile(isolated=True)), "--workspace", str(setup.repo)],
+        env=setup.env,
+        cwd=str(setup.root),
+    )
+    results: dict[str, Any] = {}
+    with ProcessWatch() as watch:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+
+            async def call(task_id: str, tool: str) -> None:
+                results[task_id] = await session.call_tool(
+                    tool, {"description": task_id, "prompt": task_text(task_id)}
+                )
+
+            with anyio.fail_after(DEADLINE):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(call, "mcp-codex", "subagent_codex")
+                    group.start_soon(call, "mcp-claude", "subagent_claude_code")
+        assert await anyio.to_thread.run_sync(watch.wait_gone, 10.0) == []
+    changes = {}
+    for task_id, result in results.items():
+        assert result.is_error is False, result.content
+        structured = result.structured_content
+        assert structured is not None
+        assert structured["stop_reason"] == COMPLETED
+        change = structured["changes"]
+        assert structured["text"] == (
+            f"EDITED-{task_id}\nChanges: committed on branch {change['branch']} (1 files "
+            f"changed, 1 insertions(+), 1 deletions(-)), commit {change['commit'][:12]}"
+        )
+        changes[task_id] = change
+    _assert_branches(setup, changes, before)
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _codex(setup: Setup) -> CodexProvider:
+    return CodexProvider(CodexConfig(**setup.codex_config))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_cancelled_real_codex_run_keeps_what_it_wrote(setup: Setup) -> None:
+    setup.router.hold.add("cancelled")
+    before = setup.main_state()
+    cancel = CancelController()
+    with ProcessWatch() as watch:
+        async with anyio.create_task_group() as group:
+
+            async def cancel_when_held() -> None:
+                # The second model request holds: the tool ran and wrote its line.
+                await anyio.to_thread.run_sync(setup.codex_model.wait_for_hold, DEADLINE)
+                cancel.cancel("test")
+
+            group.start_soon(cancel_when_held)
+            with anyio.fail_after(DEADLINE):
+                result = await delegate(
+                    _codex(setup),
+                    task_text("cancelled"),
+                    cwd=setup.repo,
+                    cancel=cancel.signal,
+                    isolation=Worktree(),
+                )
+        assert watch.alive() == []
+    assert result.stop_reason == ABORTED
+    assert result.changes is not None
+    change = result.changes.model_dump()
+    _assert_branches(setup, {"cancelled": change}, before)
+    subject = git(setup.repo, "log", "-1", "--format=%s", change["commit"])
+    assert subject.endswith("(aborted)")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_host_sigkilled_mid_run_is_recovered_by_the_next_run(setup: Setup) -> None:
+    setup.router.hold.add("killed")
+    before = setup.main_state()
+    ready = setup.root / "host-ready.json"
+    spec = setup.root / "host-spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "config": setup.codex_config,
+                "repo": str(setup.repo),
+                "ready": str(ready),
+                "task": task_text("killed"),
+            }
+        ),
+        encoding="utf-8",
+    )
+    # Unguarded: the host's own death is what is being tested.
+    host = await spawn(
+        SpawnSpec(
+            argv=(sys.executable, HOST, str(spec)),
+            cwd=str(setup.root),
+            stdin="devnull",
+            stdout="devnull",
+            host_death_guard=False,
+            grace=0.5,
+        )
+    )
+    try:
+        with anyio.fail_after(DEADLINE):
+            while not ready.exists() and host.exit_facts is None:  # noqa: ASYNC110 - written by another process
+                await anyio.sleep(0.02)
+        assert host.exit_facts is None
+        await anyio.to_thread.run_sync(setup.codex_model.wait_for_hold, DEADLINE)
+        tree = psutil.Process(host.pid).children(recursive=True)
+        os.kill(host.pid, signal.SIGKILL)
+        await host.wait()
+        survivors = await anyio.to_thread.run_sync(wait_gone, tree, DEADLINE)
+    finally:
+        await host.terminate()
+    assert survivors == []
+    (left,) = [path for path in setup.worktrees() if path != str(setup.repo)]
+    assert _read(Path(left, "shared.txt")) == line_for("killed") + "\n"
+    listed = await anyio.to_thread.run_sync(
+        functools.partial(
+            subprocess.run,
+            [str(DSH), "worktrees", "list", str(setup.repo)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **setup.env},
+        )
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("abandoned ")
+    branch = listed.stdout.split()[1]
+
+    # The next isolated run on the repository recovers the abandoned worktree first.
+    with ProcessWatch() as watch:
+        with anyio.fail_after(DEADLINE):
+            result = await delegate(
+                _codex(setup), task_text("next"), cwd=setup.repo, isolation=Worktree()
+            )
+        assert watch.alive() == []
+    assert result.stop_reason == COMPLETED
+    assert result.changes is not None
+    recovered = git(setup.repo, "rev-parse", branch)
+    assert git(setup.repo, "log", "-1", "--format=%s", recovered).endswith("(abandoned)")
+    _assert_branches(
+        setup,
+        {
+            "killed": {
+                "branch": branch,
+                "commit": recovered,
+                "base": before[-1],
+                "files_changed": 1,
+                "insertions": 1,
+                "deletions": 1,
+            },
+            "next": result.changes.model_dump(),
+        },
+        before,
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "line"),
+    [
+        ("no-repo", "dsh: error: worktree: the cwd is not inside a git repository: "),
+        ("bare", "dsh: error: worktree: the cwd is in a bare repository (no working tree): "),
+        ("unknown-base", "dsh: error: worktree: the base ref 'no-such-ref' does not name a commit"),
+        ("existing-branch", "dsh: error: worktree: the branch 'taken' already exists"),
+    ],
+)
+def test_bad_input_on_the_real_dsh_exits_2_before_anything_starts(
+    setup: Setup, case: str, line: str
+) -> None:
+    cwd, extra = setup.repo, []
+    if case == "no-repo":
+        cwd = setup.root / "plain"
+        cwd.mkdir()
+    elif case == "bare":
+        cwd = setup.root / "bare.git"
+        git(setup.root, "init", "--quiet", "--bare", str(cwd))
+    elif case == "unknown-base":
+        extra = ["--worktree-base", "no-such-ref"]
+    else:
+        git(setup.repo, "branch", "taken")
+        extra = ["--worktree-branch", "taken"]
+    branches = git(setup.repo, "branch", "--list")
+    with ProcessWatch() as watch:
+        done = subprocess.run(
+            [
+                str(DSH),
+                "run",
+                str(setup.profile(isolated=False)),
+                "subagent_codex",
+                task_text("refused"),
+                "--cwd",
+                str(cwd),
+                "--worktree",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **setup.env},
+            timeout=DEADLINE,
+        )
+        assert {p.name for p in watch.seen} <= {"dsh", "git", "python", "python3"}
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(line), done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+    assert setup.codex_model.requests == ()
+    assert git(setup.repo, "branch", "--list") == branches
+    assert setup.worktrees() == [str(setup.repo)]
+    assert not (setup.root / "home" / ".cache" / "dsh").exists()

@@ -1,0 +1,118 @@
+"""``--worktree`` for ``dsh run`` and ``dsh batch``, and the refusal of bad input before start.
+
+The flags isolate the target instance for this command (over the profile's own
+``worktree`` setting, when it has one): every run works in its own git worktree of its
+cwd's repository and its changes are committed on a new branch (see dsh-worktree).
+:func:`check_isolation` runs dsh-worktree's bad-input checks for every cwd the command
+will use, so a cwd outside a repository, a bare repository, an unknown base or an
+existing branch exits 2 with one line before any product starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Iterable
+
+import anyio
+from dsh_worktree import Worktree, WorktreeError, WorktreeProvider, preflight
+from pydantic import ValidationError
+
+from dsh_cli.errors import UsageError
+from dsh_cli.loader import Composition
+from dsh_cli.profile import describe_validation_error
+
+__all__ = ["add_worktree_flags", "check_isolation", "isolate_from_flags"]
+
+
+def add_worktree_flags(parser: argparse.ArgumentParser, *, scope: str) -> None:
+    """``--worktree`` and its settings."""
+    parser.add_argument(
+        "--worktree",
+        action="store_true",
+        help=f"run {scope} in its own git worktree of the cwd's repository and commit "
+        "its changes on a new branch (dsh/<id>); the main working tree is never touched",
+    )
+    parser.add_argument(
+        "--worktree-base", metavar="REF", help="with --worktree: the base commit (default HEAD)"
+    )
+    parser.add_argument(
+        "--worktree-branch",
+        metavar="PATTERN",
+        help="with --worktree: the new branch's name; {id} is the run's id (default dsh/{id})",
+    )
+    parser.add_argument(
+        "--worktree-root",
+        metavar="DIR",
+        help="with --worktree: where worktrees live (default ~/.cache/dsh/worktrees)",
+    )
+    parser.add_argument(
+        "--worktree-keep",
+        action="store_true",
+        help="with --worktree: keep the worktree after committing its changes",
+    )
+
+
+def _settings(args: argparse.Namespace, base: Worktree | None) -> Worktree | None:
+    given = {
+        "base": args.worktree_base,
+        "branch": args.worktree_branch,
+        "root": args.worktree_root,
+        "keep": True if args.worktree_keep else None,
+    }
+    overrides = {key: value for key, value in given.items() if value is not None}
+    if not args.worktree:
+        if overrides:
+            raise UsageError("--worktree-base/-branch/-root/-keep need --worktree")
+        return None
+    start = base.model_dump(exclude_unset=True) if base is not None else {}
+    try:
+        return Worktree.model_validate({**start, **overrides})
+    except ValidationError as exc:
+        line = describe_validation_error(exc)[0].replace("field '", "--worktree-", 1)
+        raise UsageError(line.replace("'", "", 1)) from None
+
+
+def isolate_from_flags(
+    composition: Composition, provider: str, args: argparse.Namespace
+) -> Composition:
+    """The composition with ``provider`` isolated as the ``--worktree`` flags ask.
+
+    Raises:
+        UsageError: a setting flag without ``--worktree``, a bad setting, or an instance
+            that configures its own cwd.
+    """
+    loaded = composition.provider(provider)
+    settings = _settings(args, loaded.worktree)
+    if settings is None:
+        return composition
+    inner = loaded.provider
+    if isinstance(inner, WorktreeProvider):
+        inner = inner.inner
+    try:
+        wrapped = settings.isolate(inner)
+    except WorktreeError as exc:
+        raise UsageError(exc.message) from None
+    replaced = dataclasses.replace(loaded, provider=wrapped, worktree=settings)
+    providers = tuple(replaced if p is loaded else p for p in composition.providers)
+    return dataclasses.replace(composition, providers=providers)
+
+
+def check_isolation(composition: Composition, provider: str, cwds: Iterable[str]) -> None:
+    """dsh-worktree's bad-input checks for every cwd, when ``provider`` is isolated.
+
+    Raises:
+        UsageError: the first refusal (one line), before anything was started.
+    """
+    settings = composition.provider(provider).worktree
+    if settings is None:
+        return
+
+    async def check_all() -> None:
+        for cwd in dict.fromkeys(cwds):
+            await preflight(cwd, settings)
+
+    try:
+        anyio.run(check_all)
+    except WorktreeError as exc:
+        raise UsageError(exc.message) from None

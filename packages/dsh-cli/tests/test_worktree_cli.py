@@ -1,0 +1,248 @@
+"""``--worktree``, the profile's ``[providers.worktree]`` and ``dsh worktrees``, on real git.
+
+The provider is a scripted double that writes a file into its cwd when it starts (the
+real products editing through their own tools are the e2e worktree tier's).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from dsh_cli import StaticDiscovery
+from dsh_cli.cli import main
+from dsh_subagent import ResolvedSubagentStartRequest, SubprocessRunHandle, TextBlock
+from dsh_subagent.testing import Script, ScriptedProvider
+from pydantic import BaseModel, ConfigDict
+
+
+class EditingConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    provider_name: str = "editing"
+    cwd: str | None = None
+
+
+class EditingEntry(ScriptedProvider):
+    """Writes ``edited.txt`` (naming the task) into the run's cwd, then answers ``done``."""
+
+    Config: ClassVar[type[EditingConfig]] = EditingConfig
+
+    def __init__(self, config: EditingConfig) -> None:
+        super().__init__(config.provider_name, [Script(output=(TextBlock(text="done"),))])
+        self.config = config
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubprocessRunHandle:
+        assert request.parent.cwd is not None
+        _write(Path(request.parent.cwd, "edited.txt"), request.prompt[0].text)
+        return await super().start(request)
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(f"{text}\n", encoding="utf-8")
+
+
+DISCOVERY = StaticDiscovery({"editing": [EditingEntry]})
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = T\n\temail = t@example.invalid\n[init]\n\tdefaultBranch = main\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    root = tmp_path / "repo"
+    root.mkdir()
+    _git(root, "init", "--quiet")
+    (root / "readme.txt").write_text("hello\n", encoding="utf-8")
+    _git(root, "add", "--all")
+    _git(root, "commit", "--quiet", "-m", "initial")
+    return root
+
+
+def _profile(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "profile.toml"
+    path.write_text(
+        f"""
+[[providers]]
+type = "editing"
+provider_name = "worker"
+{extra}
+
+[[tools]]
+name = "subagent_worker"
+provider = "worker"
+background_mode = "disabled"
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _dsh(*argv: str) -> int:
+    return main(list(argv), discovery=DISCOVERY)
+
+
+def test_run_worktree_json_carries_the_changes_and_the_main_tree_stays(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _dsh(
+        "run", str(_profile(tmp_path)), "subagent_worker", "task one", "--cwd", str(repo),
+        "--worktree", "--json",
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    record = json.loads(captured.out)
+    changes = record["changes"]
+    assert set(changes) == {
+        "branch", "commit", "base", "files_changed", "insertions", "deletions", "worktree",
+    }  # fmt: skip
+    assert _git(repo, "show", f"{changes['branch']}:edited.txt") == "task one"
+    assert (changes["files_changed"], changes["insertions"], changes["deletions"]) == (1, 1, 0)
+    assert f"dsh: worker: Changes: committed on branch {changes['branch']}" in captured.err
+    assert _git(repo, "status", "--porcelain") == ""
+    assert not (repo / "edited.txt").exists()
+
+
+def test_the_profile_isolates_every_run_and_check_shows_it(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = _profile(tmp_path, '[providers.worktree]\nbranch = "agent/{id}"')
+    assert _dsh("check", str(profile)) == 0
+    assert "isolation: a git worktree per run (base='HEAD', branch='agent/{id}'" in (
+        capsys.readouterr().out
+    )
+    assert _dsh("run", str(profile), "subagent_worker", "from the profile", "--cwd", str(repo)) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "done\n"  # the answer alone on stdout
+    (branch,) = [
+        b for b in _git(repo, "branch", "--format=%(refname:short)").split() if b != "main"
+    ]
+    assert branch.startswith("agent/")
+    assert _git(repo, "show", f"{branch}:edited.txt") == "from the profile"
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [
+        (
+            "[providers.worktree]\nbogus = 1",
+            "providers row 1 ('worker') field 'worktree.bogus': unknown field",
+        ),
+        (
+            "[providers.worktree]\nbranch = 'x/{name}'",
+            "providers row 1 ('worker') field 'worktree.branch': Value error, may use only",
+        ),
+        (
+            "[providers.config]\ncwd = '.'\n[providers.worktree]\n",
+            "providers row 1 ('worker') field 'worktree': worktree: provider \"worker\" "
+            "configures a cwd",
+        ),
+    ],
+)
+def test_a_bad_worktree_setting_is_a_profile_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, line: str
+) -> None:
+    assert _dsh("check", str(_profile(tmp_path, extra))) == 2
+    assert line in capsys.readouterr().err
+
+
+def test_worktree_setting_flags_need_worktree(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _dsh("run", str(_profile(tmp_path)), "subagent_worker", "t", "--worktree-keep")
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "dsh: error: --worktree-base/-branch/-root/-keep need --worktree\n"
+    )
+
+
+def test_batch_worktree_gives_each_task_its_branch(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"id": f"t{i}", "task": f"task {i}"}) + "\n" for i in range(3)),
+        encoding="utf-8",
+    )
+    out = tmp_path / "results.jsonl"
+    code = _dsh(
+        "batch", str(_profile(tmp_path)), "subagent_worker", str(tasks), "--out", str(out),
+        "--cwd", str(repo), "--concurrency", "3", "--worktree",
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(records) == 3
+    for record in records:
+        index = record["id"].removeprefix("t")
+        branch = record["changes"]["branch"]
+        assert _git(repo, "show", f"{branch}:edited.txt") == f"task {index}"
+    assert len({r["changes"]["branch"] for r in records}) == 3
+
+
+def test_batch_refuses_a_task_cwd_outside_a_repository_before_starting(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "plain").mkdir()
+    tasks = tmp_path / "tasks.jsonl"
+    lines = [{"id": "a", "task": "x"}, {"id": "b", "task": "y", "cwd": str(tmp_path / "plain")}]
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    out = tmp_path / "results.jsonl"
+    code = _dsh(
+        "batch", str(_profile(tmp_path)), "subagent_worker", str(tasks), "--out", str(out),
+        "--cwd", str(repo), "--worktree",
+    )  # fmt: skip
+    assert code == 2
+    assert "dsh: error: worktree: the cwd is not inside a git repository: " in (
+        capsys.readouterr().err
+    )
+    assert not out.exists()
+    assert _git(repo, "branch", "--format=%(refname:short)") == "main"
+
+
+def test_worktrees_list_and_recover(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A worktree left by a host whose collection failed (pid 0: abandoned on any host).
+    path = tmp_path / "left"
+    _git(repo, "worktree", "add", "--quiet", "-b", "dsh/left", str(path))
+    base = _git(repo, "rev-parse", "HEAD")
+    reason = f"dsh-worktree host=- boot=- pid=0 start=- base={base} id=left"
+    _git(repo, "worktree", "lock", "--reason", reason, str(path))
+    admin = Path(_git(path, "rev-parse", "--absolute-git-dir"))
+    (admin / "dsh-worktree-ready").write_text("left\n", encoding="utf-8")  # fully created
+    (path / "work.txt").write_text("kept\n", encoding="utf-8")
+
+    assert _dsh("worktrees", "list", str(repo)) == 0
+    listed = capsys.readouterr().out
+    assert listed.startswith(f"abandoned  dsh/left  {path}  pid 0 on -\n")
+    assert _dsh("worktrees", "recover", str(repo)) == 0
+    recovered = capsys.readouterr().out
+    assert recovered.startswith(f"committed {path} on dsh/left at ")
+    assert _git(repo, "show", "dsh/left:work.txt") == "kept"
+    assert not path.exists()
+    assert _dsh("worktrees", "prune", str(repo)) == 0
+    assert "prune: 0 abandoned worktree(s)" in capsys.readouterr().out
+
+
+def test_worktrees_outside_a_repository_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _dsh("worktrees", "list", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dsh: error: worktree: the cwd is not inside a git repository")

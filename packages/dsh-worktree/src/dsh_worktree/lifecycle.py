@@ -1,0 +1,302 @@
+"""One worktree's life: created locked on a new branch, collected, removed.
+
+Collection commits everything the run left (``git add -A``: modified, added and deleted
+files, and untracked files that ``.gitignore`` does not exclude) on the worktree's
+branch with a fixed message and author (:data:`COMMIT_AUTHOR`, :func:`commit_message`),
+then removes the worktree. A run that changed nothing leaves no commit: its branch is
+deleted. Work the product committed itself counts as changed too. If committing fails,
+the worktree is kept (and marked abandoned, so a later recovery tries again): nothing
+the product wrote is thrown away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+from dsh_subagent import Changes
+
+from dsh_worktree.errors import WorktreeError
+from dsh_worktree.owner import Owner, current_owner
+from dsh_worktree.repo import Repository, git_retrying, repository_lock
+from dsh_worktree.settings import Worktree
+
+__all__ = [
+    "COMMIT_AUTHOR",
+    "COMMIT_EMAIL",
+    "READY_MARKER",
+    "ActiveWorktree",
+    "collect",
+    "commit_message",
+    "create",
+    "new_run_id",
+    "repository_dir",
+]
+
+_log = logging.getLogger("dsh_worktree")
+
+COMMIT_AUTHOR: Final = "dsh-worktree"
+COMMIT_EMAIL: Final = "dsh-worktree@localhost"
+READY_MARKER: Final = "dsh-worktree-ready"
+"""Written into the worktree's git administrative directory once it is fully checked out;
+a worktree without it was being created when its owner died and holds no run's work."""
+
+_IDENTITY: Final = {
+    "GIT_AUTHOR_NAME": COMMIT_AUTHOR,
+    "GIT_AUTHOR_EMAIL": COMMIT_EMAIL,
+    "GIT_COMMITTER_NAME": COMMIT_AUTHOR,
+    "GIT_COMMITTER_EMAIL": COMMIT_EMAIL,
+}
+_SHORTSTAT: Final = re.compile(r"(\d+) (file|insertion|deletion)")
+
+
+def new_run_id() -> str:
+    """A fresh delegation id: 12 hex digits."""
+    return uuid.uuid4().hex[:12]
+
+
+def repository_dir(root: str, repo: Repository) -> str:
+    """The directory under ``root`` that holds one repository's worktrees."""
+    digest = hashlib.sha256(repo.common_dir.encode()).hexdigest()[:8]
+    name = os.path.basename(repo.toplevel.rstrip("/")) or "repo"
+    return os.path.join(root, f"{name}-{digest}")
+
+
+def commit_message(run_id: str, provider: str, ended: str, base: str) -> str:
+    """The fixed message of the commit that keeps a run's changes."""
+    return (
+        f"dsh: changes of delegation {run_id} ({ended})\n\n"
+        "Everything the delegated run left in its worktree, committed by dsh-worktree\n"
+        "after the run settled and its process tree had exited.\n\n"
+        f"Delegation: {run_id}\nProvider: {provider}\nRun ended: {ended}\nBase: {base}\n"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveWorktree:
+    """A created worktree and what it is for."""
+
+    repo: Repository
+    path: str
+    branch: str
+    base: str
+    run_id: str
+    keep: bool
+
+    def child_cwd(self) -> str:
+        """Where the product works: the worktree's counterpart of the delegation's cwd."""
+        return os.path.join(self.path, self.repo.prefix) if self.repo.prefix else self.path
+
+
+def _admin_dir(path: str) -> str | None:
+    try:
+        with open(os.path.join(path, ".git"), encoding="utf-8") as handle:
+            line = handle.read().strip()
+    except OSError:
+        return None
+    return line.removeprefix("gitdir: ") if line.startswith("gitdir: ") else None
+
+
+def is_ready(path: str) -> bool:
+    """Whether the worktree at ``path`` was fully created (its ready marker exists)."""
+    admin = _admin_dir(path)
+    return admin is not None and os.path.exists(os.path.join(admin, READY_MARKER))
+
+
+def _prepare_parent(repo: Repository, settings: Worktree, run_id: str) -> str:
+    parent = repository_dir(settings.root_dir(), repo)
+    real_parent = os.path.realpath(parent)
+    if real_parent == repo.toplevel or real_parent.startswith(repo.toplevel.rstrip("/") + "/"):
+        raise WorktreeError(
+            "the worktree root must be outside the repository's working tree: "
+            f"{settings.root_dir()}"
+        )
+    os.makedirs(parent, exist_ok=True)
+    return os.path.join(parent, run_id)
+
+
+def _mark_ready(active: ActiveWorktree) -> None:
+    admin = _admin_dir(active.path)
+    if admin is None:
+        raise WorktreeError(f"git worktree add left no worktree at {active.path}")
+    with open(os.path.join(admin, READY_MARKER), "w", encoding="utf-8") as handle:
+        handle.write(active.run_id + "\n")
+    os.makedirs(active.child_cwd(), exist_ok=True)
+
+
+async def create(
+    repo: Repository, settings: Worktree, base: str, branch: str, run_id: str
+) -> ActiveWorktree:
+    """Create the worktree at ``base`` on the new ``branch``, locked by this process.
+
+    A failure (or cancellation) part way removes whatever was created.
+
+    Raises:
+        WorktreeError: git refused (one line with git's reason).
+    """
+    path = _prepare_parent(repo, settings, run_id)
+    owner = current_owner(base, run_id)
+    active = ActiveWorktree(repo, path, branch, base, run_id, settings.keep)
+    try:
+        async with repository_lock(repo):
+            added = await git_retrying(
+                repo,
+                repo.toplevel,
+                "worktree",
+                "add",
+                "--quiet",
+                "--lock",
+                "--reason",
+                owner.reason(),
+                "-b",
+                branch,
+                path,
+                base,
+            )
+        if not added.ok:
+            raise WorktreeError(f"git worktree add failed: {added.first_line()}")
+        _mark_ready(active)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await _discard(active)
+        raise
+    return active
+
+
+async def _discard(active: ActiveWorktree) -> None:
+    """Remove a worktree that holds no run's work, and its branch if it is still at base."""
+    with contextlib.suppress(WorktreeError):
+        async with repository_lock(active.repo):
+            await remove_locked(active.repo, active.path)
+            await delete_branch_locked(active.repo, active.branch, active.base)
+
+
+def _present(path: str) -> bool:
+    return os.path.lexists(path)
+
+
+async def remove_locked(repo: Repository, path: str) -> None:
+    """``git worktree remove --force --force`` (also when locked); the caller holds the lock."""
+    if _present(path):
+        removed = await git_retrying(
+            repo, repo.toplevel, "worktree", "remove", "--force", "--force", path
+        )
+        if removed.ok:
+            return
+        _log.warning("dsh-worktree: removing %s failed: %s", path, removed.first_line())
+    # The directory is gone (or could not be removed by git): drop git's record of it.
+    await git_retrying(repo, repo.toplevel, "worktree", "unlock", path)
+    await git_retrying(repo, repo.toplevel, "worktree", "prune")
+
+
+async def delete_branch_locked(repo: Repository, branch: str, expected: str) -> None:
+    """Delete ``branch`` only while it still points at ``expected``; the caller holds the lock."""
+    await git_retrying(repo, repo.toplevel, "update-ref", "-d", f"refs/heads/{branch}", expected)
+
+
+def _stat(text: str) -> tuple[int, int, int]:
+    counts = {"file": 0, "insertion": 0, "deletion": 0}
+    for number, kind in _SHORTSTAT.findall(text):
+        counts[kind] = int(number)
+    return counts["file"], counts["insertion"], counts["deletion"]
+
+
+async def commit_all(active: ActiveWorktree, provider: str, ended: str) -> str:
+    """Commit everything in the worktree on its branch; returns the branch's tip.
+
+    Raises:
+        WorktreeError: a git step failed (the worktree is left as it is).
+    """
+    repo, path = active.repo, active.path
+    added = await git_retrying(repo, path, "add", "--all")
+    if not added.ok:
+        raise WorktreeError(f"git add failed: {added.first_line()}")
+    staged = await git_retrying(repo, path, "diff", "--cached", "--quiet")
+    if staged.code == 1:
+        committed = await git_retrying(
+            repo,
+            path,
+            "commit",
+            "--quiet",
+            "--no-verify",
+            "--allow-empty-message",
+            "-m",
+            commit_message(active.run_id, provider, ended, active.base),
+            env=_IDENTITY,
+        )
+        if not committed.ok:
+            raise WorktreeError(f"git commit failed: {committed.first_line()}")
+    elif not staged.ok:
+        raise WorktreeError(f"git diff failed: {staged.first_line()}")
+    heads = await git_retrying(repo, path, "rev-parse", "HEAD", f"refs/heads/{active.branch}")
+    lines = heads.stdout.split()
+    if not heads.ok or len(lines) != 2:
+        raise WorktreeError(f"git rev-parse failed: {heads.first_line()}")
+    tip, branch_tip = lines
+    if tip != branch_tip:
+        # The product switched branches in its worktree: its work still lands on ours.
+        moved = await git_retrying(
+            repo, path, "update-ref", f"refs/heads/{active.branch}", tip, branch_tip
+        )
+        if not moved.ok:
+            raise WorktreeError(f"git update-ref failed: {moved.first_line()}")
+    return tip
+
+
+async def collect(active: ActiveWorktree, provider: str, ended: str) -> Changes:
+    """Commit the run's changes, remove the worktree (unless kept) and say what changed.
+
+    Never raises for a git failure: the worktree is then kept and re-locked as
+    abandoned (a later recovery commits it), and the result names it.
+    """
+    repo = active.repo
+    try:
+        tip = await commit_all(active, provider, ended)
+        files = insertions = deletions = 0
+        if tip != active.base:
+            stat = await git_retrying(repo, active.path, "diff", "--shortstat", active.base, tip)
+            files, insertions, deletions = _stat(stat.stdout)
+    except WorktreeError as exc:
+        _log.error("dsh-worktree: collecting %s failed, kept for recovery: %s", active.path, exc)
+        await _mark_abandoned(active)
+        return Changes(branch=active.branch, commit=None, base=active.base, worktree=active.path)
+    changed = tip != active.base
+    async with repository_lock(repo):
+        if active.keep:
+            await git_retrying(repo, repo.toplevel, "worktree", "unlock", active.path)
+        else:
+            await remove_locked(repo, active.path)
+            if not changed:
+                await delete_branch_locked(repo, active.branch, active.base)
+    return Changes(
+        branch=active.branch,
+        commit=tip if changed else None,
+        base=active.base,
+        files_changed=files,
+        insertions=insertions,
+        deletions=deletions,
+        worktree=active.path if active.keep else None,
+    )
+
+
+async def _mark_abandoned(active: ActiveWorktree) -> None:
+    orphan = Owner("-", "-", 0, "-", active.base, active.run_id)
+    with contextlib.suppress(WorktreeError):
+        async with repository_lock(active.repo):
+            await git_retrying(active.repo, active.repo.toplevel, "worktree", "unlock", active.path)
+            await git_retrying(
+                active.repo,
+                active.repo.toplevel,
+                "worktree",
+                "lock",
+                "--reason",
+                orphan.reason(),
+                active.path,
+            )

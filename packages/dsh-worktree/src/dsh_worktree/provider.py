@@ -1,0 +1,244 @@
+"""``WorktreeProvider``: any provider, each run in its own git worktree.
+
+It wraps a provider through the public contract only: at start it checks the request's
+repository, recovers abandoned worktrees, creates a fresh worktree on a new branch and
+starts the inner provider with the parent's cwd rewritten to the worktree (the kit's
+``cwd:parent-session`` rule is what makes every provider honour it). The run it publishes
+settles as the inner run does; before its result is handed out, the inner run is
+disposed (so the product's whole process tree has exited) and the worktree collected
+(:func:`dsh_worktree.lifecycle.collect`). The result is the inner result with
+``changes`` filled in. Disposing without asking for the result collects too: a failed or
+cancelled run's work is committed like a completed one's, its commit message saying how
+the run ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Final
+
+import anyio
+from dsh_subagent import (
+    ERROR,
+    Changes,
+    ProgressStream,
+    ResolvedSubagentStartRequest,
+    SubagentCapabilities,
+    SubagentProvider,
+    SubagentResult,
+    SubagentRun,
+)
+from pydantic import BaseModel
+
+from dsh_worktree._git import git_executable
+from dsh_worktree.errors import WorktreeError
+from dsh_worktree.lifecycle import ActiveWorktree, collect, create, new_run_id
+from dsh_worktree.recovery import recover
+from dsh_worktree.repo import check_new_branch, open_repository, resolve_base
+from dsh_worktree.settings import Worktree
+
+__all__ = ["START_FAILED", "WorktreeProvider", "WorktreeRun", "configured_cwd_of", "preflight"]
+
+_log = logging.getLogger("dsh_worktree")
+
+START_FAILED: Final = "start-failed"
+"""How a run that failed to start is recorded in its worktree's commit message."""
+
+
+def configured_cwd_of(provider: SubagentProvider) -> str | None:
+    """The provider's configured ``cwd`` override, if its configuration has one."""
+    config = getattr(provider, "config", None)
+    value = getattr(config, "cwd", None) if isinstance(config, BaseModel) else None
+    return value if isinstance(value, str) else None
+
+
+async def preflight(cwd: str, settings: Worktree) -> None:
+    """The start's bad-input checks, creating nothing: for a command line that must refuse
+    before it starts anything (git on ``PATH``, a non-bare repository around ``cwd``, the
+    base ref, the branch name with a sample id, and the branch itself when the pattern
+    has no ``{id}``).
+
+    Raises:
+        WorktreeError: the first problem found.
+    """
+    repo = await open_repository(cwd, git_executable())
+    await resolve_base(repo, settings.base)
+    await check_new_branch(repo, settings.branch_for("0" * 12))
+
+
+class WorktreeProvider(SubagentProvider):
+    """``inner`` with every run in a fresh git worktree of the cwd's repository.
+
+    Name, capabilities, context inheritance and budget support are the inner
+    provider's. Construction starts nothing and runs no git.
+
+    Args:
+        inner: The provider whose runs are isolated.
+        settings: The isolation settings.
+
+    Raises:
+        WorktreeError: ``inner`` configures a ``cwd`` override (its runs would not work
+            in the worktree).
+    """
+
+    def __init__(self, inner: SubagentProvider, settings: Worktree | None = None) -> None:
+        if configured_cwd_of(inner) is not None:
+            raise WorktreeError(
+                f'provider "{inner.name}" configures a cwd; worktree isolation needs its runs '
+                "to work in the delegation's cwd (remove the provider's cwd setting)"
+            )
+        self._inner = inner
+        self._settings = settings if settings is not None else Worktree()
+
+    @property
+    def inner(self) -> SubagentProvider:
+        """The wrapped provider."""
+        return self._inner
+
+    @property
+    def settings(self) -> Worktree:
+        """The isolation settings."""
+        return self._settings
+
+    @property
+    def name(self) -> str:
+        """The inner provider's name."""
+        return self._inner.name
+
+    @property
+    def capabilities(self) -> SubagentCapabilities:
+        """The inner provider's capabilities."""
+        return self._inner.capabilities
+
+    @property
+    def inherits_parent_context(self) -> bool:
+        """The inner provider's answer."""
+        return self._inner.inherits_parent_context
+
+    @property
+    def honours_budgets(self) -> bool:
+        """The inner provider's answer."""
+        return self._inner.honours_budgets
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        """Check, recover, create the worktree, then start the inner provider in it.
+
+        Raises:
+            WorktreeError: bad input (no cwd, not in a non-bare repository, unknown
+                base, invalid or existing branch, git missing): nothing was created and
+                no product was started.
+            SubagentError: whatever the inner ``start()`` raises (the worktree is then
+                collected: anything written is kept on its branch, an untouched branch is
+                deleted).
+        """
+        if request.cancel.aborted:
+            return await self._inner.start(request)  # refuses without starting anything
+        cwd = request.parent.cwd
+        if cwd is None:
+            raise WorktreeError(
+                "the delegation has no working directory (the cwd names the repository)"
+            )
+        settings = self._settings
+        repo = await open_repository(cwd, git_executable())
+        base = await resolve_base(repo, settings.base)
+        run_id = new_run_id()
+        branch = settings.branch_for(run_id)
+        await check_new_branch(repo, branch)
+        try:
+            await recover(repo)
+        except WorktreeError as exc:  # an old worktree must not block a new run
+            _log.warning("dsh-worktree: %s", exc.message)
+        active = await create(repo, settings, base, branch, run_id)
+        isolated = request.model_copy(
+            update={"parent": request.parent.model_copy(update={"cwd": active.child_cwd()})}
+        )
+        try:
+            inner = await self._inner.start(isolated)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await collect(active, self.name, START_FAILED)
+            raise
+        return WorktreeRun(inner, active, self.name)
+
+
+class WorktreeRun:
+    """A published isolated run: the inner run, then its worktree collected.
+
+    ``result()`` waits for the inner run to settle, disposes it (whole-tree exit),
+    collects the worktree once and returns the inner result with ``changes``.
+    ``dispose()`` disposes the inner run and collects too. Both are memoised; collection
+    is shielded from cancellation.
+    """
+
+    def __init__(self, inner: SubagentRun, active: ActiveWorktree, provider: str) -> None:
+        self._inner = inner
+        self._active = active
+        self._provider = provider
+        stream = getattr(inner, "progress", None)
+        self.progress: ProgressStream = (
+            stream if isinstance(stream, ProgressStream) else ProgressStream()
+        )
+        """The inner run's progress."""
+        self._done: anyio.Event | None = None
+        self._result: SubagentResult | None = None
+        self._error: Exception | None = None
+
+    @property
+    def id(self) -> str:
+        """The inner run's id."""
+        return self._inner.id
+
+    @property
+    def local_agent(self) -> object | None:
+        """The inner run's local agent."""
+        return self._inner.local_agent
+
+    @property
+    def worktree(self) -> ActiveWorktree:
+        """The worktree this run works in."""
+        return self._active
+
+    async def result(self) -> SubagentResult:
+        """The inner result with ``changes``, once the worktree has been collected."""
+        with contextlib.suppress(Exception):  # _finish records it and it is raised below
+            await self._inner.result()
+        await self._finish()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    async def dispose(self) -> None:
+        """Dispose the inner run, then collect the worktree (memoised)."""
+        try:
+            await self._inner.dispose()
+        finally:
+            await self._finish()
+
+    async def _finish(self) -> None:
+        if self._done is not None:
+            await self._done.wait()
+            return
+        self._done = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._settle_and_collect()
+        finally:
+            self._done.set()
+
+    async def _settle_and_collect(self) -> None:
+        try:
+            await self._inner.dispose()
+        except Exception as exc:
+            # The error reaches the holder through its own dispose(); the work is kept.
+            _log.warning("dsh-worktree: disposing the run failed before collection: %r", exc)
+        result: SubagentResult | None = None
+        try:
+            result = await self._inner.result()
+        except Exception as exc:
+            self._error = exc
+        ended = result.stop_reason if result is not None else ERROR
+        changes: Changes = await collect(self._active, self._provider, ended)
+        if result is not None:
+            self._result = result.model_copy(update={"changes": changes})

@@ -1,0 +1,192 @@
+"""Worktrees whose owner died: listed, recovered (committed, removed), pruned.
+
+A host killed mid-run leaves its worktree locked with a reason naming the dead owner
+(see :mod:`dsh_worktree.owner`). :func:`recover` — run by every isolated start on the
+repository, and by ``dsh worktrees recover REPO`` — commits what such a worktree holds
+onto its branch with the run recorded as ``abandoned``, removes it, and deletes the
+branch when nothing had changed. A worktree that some live process still works in is
+left for a later recovery; one owned by another host is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+import psutil
+
+from dsh_worktree._git import git, git_executable
+from dsh_worktree.errors import WorktreeError
+from dsh_worktree.lifecycle import (
+    ActiveWorktree,
+    commit_all,
+    delete_branch_locked,
+    is_ready,
+    remove_locked,
+)
+from dsh_worktree.owner import Owner, OwnerState, parse_reason
+from dsh_worktree.repo import Repository, git_retrying, open_repository, repository_lock
+
+__all__ = [
+    "OwnedWorktree",
+    "Recovered",
+    "list_worktrees",
+    "prune",
+    "recover",
+    "recover_repository",
+]
+
+RECOVERED_AS = "abandoned"
+"""How a recovered run is recorded in its commit message (``Run ended: abandoned``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedWorktree:
+    """A worktree dsh-worktree created and still holds locked.
+
+    Attributes:
+        path: The worktree's directory.
+        branch: Its branch (``None`` when detached).
+        owner: The owning process and the delegation.
+        state: ``live``, ``abandoned`` (its owner is gone) or ``foreign`` (another host's).
+        missing: The directory no longer exists.
+    """
+
+    path: str
+    branch: str | None
+    owner: Owner
+    state: OwnerState
+    missing: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What :func:`recover` did with one abandoned worktree.
+
+    Attributes:
+        path: The worktree's directory (now removed, unless ``action`` is ``busy``).
+        branch: Its branch.
+        commit: The tip holding its changes, or ``None`` when there were none (the
+            branch was deleted).
+        action: ``committed``, ``empty`` (nothing changed), ``discarded`` (it was still
+            being created: no run had used it), ``pruned`` (its directory was gone) or
+            ``busy`` (a live process still works in it; left for later).
+    """
+
+    path: str
+    branch: str | None
+    commit: str | None
+    action: Literal["committed", "empty", "discarded", "pruned", "busy"]
+
+
+def _is_dir(path: str) -> bool:
+    return os.path.isdir(path)
+
+
+async def _listed(repo: Repository) -> list[OwnedWorktree]:
+    result = await git(repo.toplevel, "worktree", "list", "--porcelain", "-z", executable=repo.git)
+    if not result.ok:
+        raise WorktreeError(f"git worktree list failed: {result.first_line()}")
+    owned: list[OwnedWorktree] = []
+    for block in result.stdout.split("\0\0"):
+        fields: dict[str, str] = {}
+        for item in block.strip("\0").split("\0"):
+            key, _, value = item.partition(" ")
+            fields[key] = value
+        owner = parse_reason(fields.get("locked", ""))
+        if "worktree" not in fields or owner is None:
+            continue
+        branch = fields.get("branch")
+        owned.append(
+            OwnedWorktree(
+                path=fields["worktree"],
+                branch=branch.removeprefix("refs/heads/") if branch else None,
+                owner=owner,
+                state=owner.state(),
+                missing="prunable" in fields or not _is_dir(fields["worktree"]),
+            )
+        )
+    return owned
+
+
+async def list_worktrees(repo: Repository) -> list[OwnedWorktree]:
+    """Every worktree of ``repo`` that dsh-worktree holds locked, with its owner's state."""
+    return await _listed(repo)
+
+
+def _in_use(path: str) -> bool:
+    prefix = os.path.realpath(path).rstrip("/") + "/"
+    for proc in psutil.process_iter(["cwd"]):
+        cwd = proc.info.get("cwd")
+        if isinstance(cwd, str) and (cwd + "/").startswith(prefix):
+            return True
+    return False
+
+
+async def _recover_one(repo: Repository, item: OwnedWorktree) -> Recovered:
+    base = item.owner.base
+    branch = item.branch
+    if item.missing:
+        await remove_locked(repo, item.path)
+        if branch is not None:
+            await delete_branch_locked(repo, branch, base)
+        return Recovered(item.path, branch, None, "pruned")
+    if _in_use(item.path):
+        return Recovered(item.path, branch, None, "busy")
+    if branch is None or not is_ready(item.path):
+        await remove_locked(repo, item.path)
+        if branch is not None:
+            await delete_branch_locked(repo, branch, base)
+        return Recovered(item.path, branch, None, "discarded")
+    active = ActiveWorktree(repo, item.path, branch, base, item.owner.id, keep=False)
+    tip = await commit_all(active, "unknown (recovered)", RECOVERED_AS)
+    await remove_locked(repo, item.path)
+    if tip == base:
+        await delete_branch_locked(repo, branch, base)
+        return Recovered(item.path, branch, None, "empty")
+    return Recovered(item.path, branch, tip, "committed")
+
+
+async def recover(repo: Repository) -> list[Recovered]:
+    """Commit and remove every abandoned worktree of ``repo`` (under the repository lock).
+
+    Raises:
+        WorktreeError: git failed for one of them (the others are still recovered; the
+            failed one stays, locked, for the next attempt).
+    """
+    done: list[Recovered] = []
+    failures: list[str] = []
+    async with repository_lock(repo):
+        for item in await _listed(repo):
+            if item.state != "abandoned":
+                continue
+            try:
+                done.append(await _recover_one(repo, item))
+            except WorktreeError as exc:
+                failures.append(f"{item.path}: {exc.message}")
+    if failures:
+        raise WorktreeError("recovery failed for " + "; ".join(failures))
+    return done
+
+
+def _absolute(path: str) -> str:
+    return os.path.abspath(path)  # lexical only
+
+
+async def recover_repository(path: str) -> tuple[Repository, list[Recovered]]:
+    """:func:`recover` for the repository ``path`` is in.
+
+    Raises:
+        WorktreeError: ``path`` is not in a non-bare repository, or recovery failed.
+    """
+    repo = await open_repository(_absolute(path), git_executable())
+    return repo, await recover(repo)
+
+
+async def prune(repo: Repository) -> list[Recovered]:
+    """:func:`recover`, then ``git worktree prune`` (records of vanished unlocked worktrees)."""
+    done = await recover(repo)
+    async with repository_lock(repo):
+        await git_retrying(repo, repo.toplevel, "worktree", "prune")
+    return done

@@ -1,0 +1,104 @@
+"""Test doubles: a provider whose run edits files in its cwd, and git helpers."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+from dsh_subagent import (
+    ABORTED,
+    COMPLETED,
+    NO_START_CAPABILITIES,
+    ResolvedSubagentStartRequest,
+    SubagentCapabilities,
+    SubagentProvider,
+    SubagentResult,
+    SubagentRun,
+    TextBlock,
+)
+
+Edit = Callable[[Path], None]
+
+
+def git_out(cwd: Path | str, *args: str) -> str:
+    """Run git in ``cwd`` for a test's setup or inspection; its stdout, stripped."""
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip()
+
+
+class EditingRun:
+    """A run that applies its edit at start, then settles (or waits for cancellation)."""
+
+    def __init__(self, stop_reason: str, hold: bool, request: ResolvedSubagentStartRequest):
+        self._stop_reason = stop_reason
+        self._hold = hold
+        self._request = request
+        self._settled = anyio.Event()
+        self.disposed = False
+        self._request.cancel.add_listener(lambda _reason: self._settled.set())
+
+    @property
+    def id(self) -> str:
+        return "editing-run"
+
+    @property
+    def local_agent(self) -> object | None:
+        return None
+
+    async def result(self) -> SubagentResult:
+        if self._hold and not self.disposed:
+            await self._settled.wait()
+        if self._hold:
+            return SubagentResult(stop_reason=ABORTED)
+        return SubagentResult(output=(TextBlock(text="done"),), stop_reason=self._stop_reason)
+
+    async def dispose(self) -> None:
+        self.disposed = True
+        self._settled.set()
+
+
+class EditingProvider(SubagentProvider):
+    """Each start applies ``edit`` to the request's cwd, then publishes an EditingRun."""
+
+    def __init__(
+        self,
+        edit: Edit | None = None,
+        *,
+        name: str = "editor",
+        stop_reason: str = COMPLETED,
+        hold: bool = False,
+        start_error: Exception | None = None,
+    ) -> None:
+        self._edit = edit
+        self._name = name
+        self._stop_reason = stop_reason
+        self._hold = hold
+        self._start_error = start_error
+        self.cwds: list[str] = []
+        self.started = anyio.Event()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def capabilities(self) -> SubagentCapabilities:
+        return NO_START_CAPABILITIES
+
+    @property
+    def inherits_parent_context(self) -> bool:
+        return False
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        assert request.parent.cwd is not None
+        self.cwds.append(request.parent.cwd)
+        if self._edit is not None:
+            self._edit(Path(request.parent.cwd))
+        self.started.set()
+        if self._start_error is not None:
+            raise self._start_error
+        return EditingRun(self._stop_reason, self._hold, request)
