@@ -11,6 +11,12 @@ from dsh_subagent.config_fields import (
     Grace,
     ProductConfig,
 )
+from dsh_subagent.continuation import (
+    CONTINUATION_UNAVAILABLE_CATEGORY,
+    CONTINUATION_UNAVAILABLE_MESSAGE,
+    ContinuationHandle,
+    ContinuationIds,
+)
 from dsh_subagent.delegate import delegate, delegate_sync
 from dsh_subagent.diagnostics import (
     DIAGNOSTIC_TRUNCATED_SUFFIX,
@@ -20,6 +26,7 @@ from dsh_subagent.diagnostics import (
     limit_diagnostic,
 )
 from dsh_subagent.errors import (
+    ContinuationUnavailableError,
     ProductFailureError,
     ProductStartError,
     ProductTeardownError,
@@ -82,6 +89,7 @@ from dsh_subagent.service import (
 from dsh_subagent.settlement import LocalCancellation, settle_run_result
 from dsh_subagent.task import one_shot_task_texts
 from dsh_subagent.tool import (
+    CONTINUE_ID_REFUSED,
     BackgroundLauncher,
     SubagentTool,
     SubagentToolConfig,
@@ -134,6 +142,9 @@ logging.getLogger("dsh").addHandler(logging.NullHandler())
 __all__ = [
     "ABORTED",
     "COMPLETED",
+    "CONTINUATION_UNAVAILABLE_CATEGORY",
+    "CONTINUATION_UNAVAILABLE_MESSAGE",
+    "CONTINUE_ID_REFUSED",
     "DEADLINE_EXCEEDED",
     "DEFAULT_DISPOSE_GRACE",
     "DEFAULT_MAX_LINE_BYTES",
@@ -163,6 +174,9 @@ __all__ = [
     "CancelSignal",
     "ConfiguredCwd",
     "ContentBlock",
+    "ContinuationHandle",
+    "ContinuationIds",
+    "ContinuationUnavailableError",
     "EnvOverlay",
     "FileChanged",
     "Grace",

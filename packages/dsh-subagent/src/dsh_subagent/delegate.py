@@ -17,6 +17,7 @@ import anyio
 
 from dsh_subagent.budget import Budget
 from dsh_subagent.cancel import CancelSignal
+from dsh_subagent.continuation import ContinuationHandle
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
 from dsh_subagent.progress import ProgressListener
 from dsh_subagent.service import SubagentService
@@ -44,6 +45,7 @@ async def delegate(
     budget: Budget | None = None,
     on_progress: ProgressListener | None = None,
     progress_commands: bool = False,
+    resume: ContinuationHandle | None = None,
 ) -> SubagentResult:
     """Delegate ``task`` and return the settled result; the run is always disposed.
 
@@ -62,6 +64,8 @@ async def delegate(
             the first; it must not block (it runs on the event loop). Progress carries
             product text: it is for the host and its people, never for a model.
         progress_commands: Let tool progress carry the command text.
+        resume: Continue the product session an earlier result's ``continuation``
+            names: a follow-up delegation of its own (its own process tree and result).
 
     Returns:
         The result: ``completed`` with the answer, or ``error``/``aborted``/... with the
@@ -70,7 +74,8 @@ async def delegate(
     Raises:
         SubagentError: The start was refused or failed before publication (nothing is
             left running), e.g. ``NO_PROVIDER``, ``INVALID_REQUEST``,
-            ``PRODUCT_START_FAILED`` or ``START_CANCELLED``.
+            ``PRODUCT_START_FAILED``, ``START_CANCELLED``, or ``CONTINUATION_UNAVAILABLE``
+            for a handle the provider cannot continue.
 
     If the calling task is cancelled, the run is disposed (its whole process tree gone)
     before the cancellation propagates.
@@ -84,6 +89,7 @@ async def delegate(
         parent=parent,
         budget=budget,
         progress_commands=progress_commands,
+        resume=resume,
     )
     if cancel is not None:
         request = request.model_copy(update={"cancel": cancel})
@@ -137,6 +143,7 @@ def delegate_sync(
     backend: str = "asyncio",
     budget: Budget | None = None,
     on_progress: ProgressListener | None = None,
+    resume: ContinuationHandle | None = None,
 ) -> SubagentResult:
     """Blocking :func:`delegate` for scripts: runs its own event loop.
 
@@ -150,9 +157,12 @@ def delegate_sync(
         backend: The anyio backend (``"asyncio"`` or ``"trio"``).
         budget: As for :func:`delegate`.
         on_progress: As for :func:`delegate`.
+        resume: As for :func:`delegate`.
     """
 
     async def main() -> SubagentResult:
-        return await delegate(provider, task, cwd=cwd, budget=budget, on_progress=on_progress)
+        return await delegate(
+            provider, task, cwd=cwd, budget=budget, on_progress=on_progress, resume=resume
+        )
 
     return anyio.run(main, backend=backend)
