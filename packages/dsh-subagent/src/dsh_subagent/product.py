@@ -239,6 +239,12 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             return SubagentCapabilities(continuation=True)
         return NO_START_CAPABILITIES
 
+    def launch_continuation(self, cwd: str, session: str) -> Launch:
+        """How to start the product to continue ``session`` (default: :meth:`launch`, for
+        a product that loads the session over its protocol in ``open()``)."""
+        del session
+        return self.launch(cwd)
+
     def has_session(self, session: str, cwd: str) -> bool:
         """Whether the product still has ``session`` for a run in ``cwd``, checked before
         the spawn (no I/O beyond a file lookup). The default ``True`` leaves the check to
@@ -285,7 +291,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         cwd = self._resolve_cwd(request)
         resume = self._resume_session(request, cwd)
         try:
-            launch = self.launch(cwd)
+            launch = self.launch(cwd) if resume is None else self.launch_continuation(cwd, resume)
             spec = SpawnSpec(
                 argv=tuple(launch.argv),
                 cwd=cwd,
