@@ -14,6 +14,7 @@ from dsh_subagent.config_fields import (
 from dsh_subagent.continuation import (
     CONTINUATION_UNAVAILABLE_CATEGORY,
     CONTINUATION_UNAVAILABLE_MESSAGE,
+    CONTINUATION_UNSUPPORTED_CATEGORY,
     ContinuationHandle,
     ContinuationIds,
 )
@@ -144,6 +145,7 @@ __all__ = [
     "COMPLETED",
     "CONTINUATION_UNAVAILABLE_CATEGORY",
     "CONTINUATION_UNAVAILABLE_MESSAGE",
+    "CONTINUATION_UNSUPPORTED_CATEGORY",
     "CONTINUE_ID_REFUSED",
     "DEADLINE_EXCEEDED",
     "DEFAULT_DISPOSE_GRACE",

@@ -30,6 +30,7 @@ from dsh_subagent.errors import SubagentError, SubagentErrorCode
 __all__ = [
     "CONTINUATION_UNAVAILABLE_CATEGORY",
     "CONTINUATION_UNAVAILABLE_MESSAGE",
+    "CONTINUATION_UNSUPPORTED_CATEGORY",
     "HANDLE_PREFIX",
     "MAX_CONTINUATION_IDS",
     "ContinuationHandle",
@@ -48,6 +49,11 @@ CONTINUATION_UNAVAILABLE_MESSAGE: Final = (
 CONTINUATION_UNAVAILABLE_CATEGORY: Final = "continuation-unavailable"
 """The failure category a product hook raises (``child.fail(...)``) when the product does
 not have the session; the runtime turns it into the fixed refusal."""
+
+CONTINUATION_UNSUPPORTED_CATEGORY: Final = "continuation-unsupported"
+"""The failure category a product hook raises when the product, as started, turns out
+not to offer continuation at all (an ACP agent without ``loadSession``); the runtime
+turns it into an ``UNSUPPORTED_CAPABILITY`` start error after the rollback."""
 
 MAX_CONTINUATION_IDS: Final = 1024
 """How many short continuation ids a tool remembers (oldest forgotten first)."""

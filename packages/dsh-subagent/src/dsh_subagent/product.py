@@ -44,6 +44,7 @@ from dsh_subagent.config_fields import ProductConfig
 from dsh_subagent.continuation import (
     CONTINUATION_UNAVAILABLE_CATEGORY,
     CONTINUATION_UNAVAILABLE_MESSAGE,
+    CONTINUATION_UNSUPPORTED_CATEGORY,
     ContinuationHandle,
 )
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
@@ -53,6 +54,7 @@ from dsh_subagent.errors import (
     ProductStartError,
     ProductTeardownError,
     StartCancelledError,
+    SubagentErrorCode,
 )
 from dsh_subagent.lines import (
     DEFAULT_MAX_LINE_BYTES,
@@ -439,6 +441,12 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         ):
             raise ContinuationUnavailableError(CONTINUATION_UNAVAILABLE_MESSAGE) from error
         assert line is not None
+        if (
+            isinstance(error, ProductFailureError)
+            and error.failure.category == CONTINUATION_UNSUPPORTED_CATEGORY
+        ):
+            code = SubagentErrorCode.UNSUPPORTED_CAPABILITY
+            raise ProductStartError(line, code=code) from error
         raise ProductStartError(line) from error
 
     async def _failure_of(
