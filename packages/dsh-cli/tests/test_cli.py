@@ -21,6 +21,7 @@ from dsh_cli.profile import read_profile
 from dsh_subagent import (
     Budget,
     CancelController,
+    ContinuationHandle,
     ParentContext,
     ProductStartError,
     SubagentStartRequest,
@@ -420,6 +421,7 @@ def test_json_record_carries_the_result_and_nothing_else_reaches_stdout(
         "usage": None,  # the scripted product reported none: never guessed
         "changes": None,  # no isolation
         "elapsed_seconds": record["elapsed_seconds"],
+        "continuation": None,  # the scripted provider offers no continuation
     }
     assert record["elapsed_seconds"] >= 0
     assert "Partial output" not in captured.err
@@ -495,3 +497,34 @@ def test_open_runtime_hands_completion_notices_to_the_sink(tmp_path: Path) -> No
     (owner, text) = notices[0]
     assert owner == "s"
     assert text.startswith("background job subagent-1 (subagent: d) finished [status: completed]")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--resume", "not-a-handle"), "dsh: error: --resume: subagent: the continuation handle"),
+        (("--resume", "dshc1.e30", "--background"), "dsh: error: --resume applies to foreground"),
+    ],
+)
+def test_a_bad_resume_is_one_line_and_exit_2_and_starts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    ScriptedEntry.instances.clear()
+    assert _dsh("run", str(_profile(tmp_path)), "subagent_worker", "Do it.", *argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message)
+    assert err.count("\n") == 1
+    assert "not-a-handle" not in err
+    assert all(entry.start_count == 0 for entry in ScriptedEntry.instances)
+
+
+def test_resume_on_a_provider_without_continuation_is_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handle = ContinuationHandle(provider="worker", product="scripted", session="s-1").dumps()
+    assert _dsh("run", str(_profile(tmp_path)), "worker", "Do it.", "--resume", handle) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        'dsh: worker: could not start: subagent provider "worker" does not support the '
+        '"continuation" capability (request field "resume")\n'
+    )

@@ -41,7 +41,7 @@ from dsh_subagent import (
     Usage,
     UsageUpdated,
 )
-from dsh_subagent_codex.progress import PROGRESS_METHODS, TOOL_KINDS, progress_events
+from dsh_subagent_codex.progress import PROGRESS_METHODS, TOOL_KINDS, RunUsage, progress_events
 from dsh_subagent_codex.turn import MAX_EARLY_PROGRESS
 
 pytestmark = pytest.mark.anyio
@@ -444,3 +444,30 @@ async def test_a_failed_turn_keeps_the_usage_reported_before_it_failed(fake: Fak
     usage = Usage(input_tokens=40, cached_input_tokens=10, output_tokens=4, reasoning_tokens=1)
     assert (result.stop_reason, result.usage) == (ERROR, usage)
     assert events == [UsageUpdated(usage=usage)]
+
+
+def test_a_resumed_threads_usage_is_the_runs_own_share_of_the_total() -> None:
+    """The first update of a resumed turn fixes what the thread had used before it."""
+    run = RunUsage()
+
+    def update(total: tuple[int, int, int, int], last: tuple[int, int, int, int]) -> Usage:
+        names = ("inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens")
+        params = _scoped(
+            {
+                "tokenUsage": {
+                    "total": dict(zip(names, total, strict=True)),
+                    "last": dict(zip(names, last, strict=True)),
+                }
+            }
+        )
+        (event,) = progress_events(
+            "thread/tokenUsage/updated", params, include_commands=False, usage=run
+        )
+        assert isinstance(event, UsageUpdated)
+        return event.usage
+
+    first = update((240, 50, 12, 2), (140, 30, 5, 1))
+    assert (first.input_tokens, first.cached_input_tokens, first.output_tokens) == (140, 30, 5)
+    assert first.reasoning_tokens == 1
+    second = update((400, 60, 20, 2), (160, 10, 8, 0))
+    assert (second.input_tokens, second.output_tokens) == (300, 13)

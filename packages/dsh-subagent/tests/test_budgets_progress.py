@@ -34,7 +34,8 @@ pytestmark = pytest.mark.anyio
 async def test_the_deadline_settles_error_with_the_stage_and_the_tree_gone_first(
     tmp_path: Path,
 ) -> None:
-    provider = EchoProvider(EchoConfig(deadline_seconds=0.3))
+    # Long enough for the child's start-up on a loaded machine: the bound must fire mid-turn.
+    provider = EchoProvider(EchoConfig(deadline_seconds=3.0))
     async with SubagentService() as service:
         service.register_provider(provider)
         run = await service.start("echo", request("partial working forever", str(tmp_path)))
@@ -49,7 +50,7 @@ async def test_the_deadline_settles_error_with_the_stage_and_the_tree_gone_first
 
 
 async def test_the_idle_timeout_fires_when_the_product_goes_silent(tmp_path: Path) -> None:
-    provider = EchoProvider(EchoConfig(idle_timeout_seconds=0.3))
+    provider = EchoProvider(EchoConfig(idle_timeout_seconds=3.0))
     async with SubagentService() as service:
         service.register_provider(provider)
         run = await service.start("echo", request("partial then silence", str(tmp_path)))
@@ -79,7 +80,7 @@ async def test_a_request_budget_tightens_an_unbounded_configuration(tmp_path: Pa
     async with SubagentService() as service:
         service.register_provider(provider)
         req = request("partial forever", str(tmp_path)).model_copy(
-            update={"budget": Budget(deadline_seconds=0.3)}
+            update={"budget": Budget(deadline_seconds=3.0)}
         )
         run = await service.start("echo", req)
         result = await run.result()

@@ -117,7 +117,7 @@ async def test_on_progress_hears_every_event_in_order_and_usage_reaches_the_resu
 async def test_a_budget_tightens_the_configuration_for_this_call(tmp_path: Path) -> None:
     provider = EchoProvider(EchoConfig())  # unbounded as configured
     result = await delegate(
-        provider, "partial forever", cwd=tmp_path, budget=Budget(idle_timeout_seconds=0.2)
+        provider, "partial forever", cwd=tmp_path, budget=Budget(idle_timeout_seconds=3.0)
     )
     assert (result.stop_reason, result.diagnostic) == (
         ERROR,
@@ -148,7 +148,7 @@ def test_delegate_sync_passes_the_budget_and_the_listener(tmp_path: Path) -> Non
     heard: list[ProgressEvent] = []
     done = delegate_sync(provider, "usage 7 1", cwd=tmp_path, on_progress=heard.append)
     bounded = delegate_sync(
-        provider, "partial forever", cwd=tmp_path, budget=Budget(deadline_seconds=0.2)
+        provider, "partial forever", cwd=tmp_path, budget=Budget(deadline_seconds=3.0)
     )
     assert heard == [UsageUpdated(usage=Usage(input_tokens=7, output_tokens=1))]
     assert done.stop_reason == COMPLETED

@@ -21,13 +21,14 @@ from dsh_subagent import (
 
 
 def test_no_start_capabilities_is_all_false_and_immutable() -> None:
-    assert dataclasses.astuple(NO_START_CAPABILITIES) == (False,) * 5
+    assert dataclasses.astuple(NO_START_CAPABILITIES) == (False,) * 6
     assert [f.name for f in dataclasses.fields(SubagentCapabilities)] == [
         "agent_options",
         "output_schema",
         "depth_limit",
         "tool_filter",
         "persona",
+        "continuation",
     ]
     with pytest.raises(dataclasses.FrozenInstanceError):
         NO_START_CAPABILITIES.persona = True  # type: ignore[misc]

@@ -39,6 +39,7 @@ from dsh_subagent import (
     MAX_TOKENS,
     REFUSAL,
     CancelController,
+    ContinuationHandle,
     ParentContext,
     SubagentError,
     SubagentResult,
@@ -116,7 +117,13 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--json",
         action="store_true",
         help="print one JSON record on stdout (answer, stop_reason, diagnostic, usage, "
-        "changes, elapsed_seconds) instead of the answer",
+        "changes, elapsed_seconds, continuation) instead of the answer",
+    )
+    run.add_argument(
+        "--resume",
+        metavar="HANDLE",
+        help="continue the product session of an earlier run: the continuation handle "
+        "(dshc1.…) that run printed; a follow-up delegation of its own",
     )
     add_budget_flags(run, scope="of the run")
     add_worktree_flags(run, scope="the task")
@@ -258,10 +265,12 @@ def _report_job(snapshot: JobSnapshot, text: str, tool: str, out: TextIO, err: T
 
 
 def _status(result: SubagentResult, provider: str, err: TextIO) -> None:
-    """The status line on stderr, the changes line of an isolated run, and the diagnostic
-    of a run that did not complete."""
+    """The status line on stderr, the changes line of an isolated run, the continuation
+    hint, and the diagnostic of a run that did not complete."""
     if result.changes is not None:
         print(f"dsh: {provider}: {render_changes(result.changes)}", file=err)
+    if result.continuation is not None:
+        print(f"dsh: continue this session with --resume {result.continuation.dumps()}", file=err)
     if result.stop_reason == COMPLETED:
         print(f"dsh: {provider}: completed", file=err)
         return
@@ -291,9 +300,11 @@ def json_record(result: SubagentResult, elapsed: float) -> dict[str, JsonValue]:
     ``usage`` is what the product reported (``null`` fields: not reported), or ``null``;
     ``changes`` is where an isolated run's changes went (branch, commit, base,
     files_changed, insertions, deletions, worktree), or ``null`` without isolation.
+    ``continuation`` is the handle ``--resume`` takes, or ``null``.
     """
     usage = None if result.usage is None else result.usage.model_dump(mode="json")
     changes = None if result.changes is None else result.changes.model_dump(mode="json")
+    continuation = None if result.continuation is None else result.continuation.dumps()
     return {
         "answer": result.text,
         "stop_reason": result.stop_reason,
@@ -301,7 +312,17 @@ def json_record(result: SubagentResult, elapsed: float) -> dict[str, JsonValue]:
         "usage": usage,
         "changes": changes,
         "elapsed_seconds": round(elapsed, 3),
+        "continuation": continuation,
     }
+
+
+def _resume_from(token: str | None) -> ContinuationHandle | None:
+    if token is None:
+        return None
+    try:
+        return ContinuationHandle.loads(token)
+    except SubagentError as exc:
+        raise UsageError(f"--resume: {exc.message}") from None
 
 
 def _report_failed(failed: _Failed, target: str, err: TextIO) -> int:
@@ -327,6 +348,9 @@ def cmd_run(
     budget = budget_from(args)
     if args.background and (budget is not None or args.json):
         raise UsageError("--timeout, --idle-timeout and --json apply to foreground runs only")
+    if args.background and args.resume is not None:
+        raise UsageError("--resume applies to foreground runs only")
+    resume = _resume_from(args.resume)
     task = sys.stdin.read() if args.task == "-" else args.task
     validate_task(task)
     with SpawnCounter(forbid=True):
@@ -353,6 +377,7 @@ def cmd_run(
         parent=ParentContext(session_id="dsh-cli", cwd=cwd),
         label="dsh run",
         budget=budget,
+        resume=resume,
     )
     view = LiveView(provider, err, log_handler) if _is_terminal(err) else PlainView(provider, err)
     with view:

@@ -52,6 +52,12 @@ class AcpConfig(ProductConfig):
         dispose_eof_grace: Seconds the whole tree may take to exit after stdin is
             closed, before it is terminated.
         dispose_grace: Seconds between SIGTERM and SIGKILL of the whole tree.
+        continuation: Offer follow-up delegations through ``session/load``. A run's
+            result carries a continuation handle only when the agent advertised
+            ``loadSession`` at ``initialize``; a follow-up to an agent that does not
+            advertise it is refused (``UNSUPPORTED_CAPABILITY``) and rolled back before
+            publication. Where the agent keeps its sessions is the agent's own
+            configuration (codex-acp: ``CODEX_HOME``).
     """
 
     provider_name: str = Field(default="acp", min_length=1)
@@ -60,6 +66,7 @@ class AcpConfig(ProductConfig):
     permission: PermissionPolicy = "reject"
     dispose_eof_grace: Grace = DEFAULT_DISPOSE_EOF_GRACE
     dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
+    continuation: bool = False
 
     @field_validator("provider_name", "command")
     @classmethod

@@ -50,6 +50,11 @@ class AcpProvider(ProductProvider[AcpConfig]):
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
 
     @property
+    def offers_continuation(self) -> bool:
+        """The configured ``continuation`` (``session/load``, when the agent offers it)."""
+        return self.config.continuation
+
+    @property
     def eof_grace(self) -> float:
         """The configured ``dispose_eof_grace``."""
         return self.config.dispose_eof_grace
@@ -74,7 +79,8 @@ class AcpProvider(ProductProvider[AcpConfig]):
         return Launch(argv=(self.config.command, *self.config.args))
 
     async def open(self, child: ProductChild) -> None:
-        """``initialize`` (stage ``initialize``), then ``session/new`` (``session-new``)."""
+        """``initialize`` (stage ``initialize``), then ``session/new`` (``session-new``) or,
+        for a follow-up, ``session/load`` (``session-load``)."""
         session = child.state = AcpSession(child, self.config)
         await session.open(child.cwd)
 

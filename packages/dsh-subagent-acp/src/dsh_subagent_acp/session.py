@@ -27,6 +27,8 @@ from acp.schema import (
 )
 from dsh_subagent import (
     COMPLETED,
+    CONTINUATION_UNAVAILABLE_CATEGORY,
+    CONTINUATION_UNSUPPORTED_CATEGORY,
     ProductChild,
     ProductFailureError,
     SubagentResult,
@@ -79,18 +81,22 @@ class AcpSession:
         # lists: the library router then refuses those requests (method not found).
         self._conn = ClientSideConnection(cast(Client, self.client), self.transport)
         self._turn_open = False
+        self._session_id: str | None = None
 
     # -- failures ---------------------------------------------------------------------
 
     def _fail(self, category: str, *, stage: str | None = None) -> ProductFailureError:
         return self._child.fail(category, stage=stage, detail=self.client.permission_fact())
 
-    async def _request(self, op: Callable[[], Awaitable[T]]) -> T:
-        """Await one request; every failure becomes a safe fact of the current stage."""
+    async def _request(
+        self, op: Callable[[], Awaitable[T]], *, refused: str = "error-response"
+    ) -> T:
+        """Await one request; every failure becomes a safe fact of the current stage
+        (an error answer the ``refused`` category)."""
         try:
             return await op()
         except RequestError as exc:
-            raise self._fail("error-response") from exc
+            raise self._fail(refused) from exc
         except ValidationError as exc:
             raise self._fail("invalid-response") from exc
         except ConnectionError as exc:
@@ -110,7 +116,13 @@ class AcpSession:
 
     async def open(self, cwd: str) -> None:
         """``initialize`` with no file-system or terminal capability, then ``session/new``
-        in ``cwd`` with no MCP servers. On any failure the connection is closed."""
+        in ``cwd`` with no MCP servers, or ``session/load`` of the session the run
+        continues (only when the agent advertised ``loadSession``). On any failure the
+        connection is closed.
+
+        The session's updates count only from the prompt on: what ``session/load``
+        replays of the earlier turns is not this run's output or progress.
+        """
         try:
             response = await self._request(
                 lambda: self._conn.initialize(
@@ -121,17 +133,37 @@ class AcpSession:
             )
             if response.protocol_version != PROTOCOL_VERSION:
                 raise self._fail("protocol-version")
-            self._child.stage = "session-new"
-            session = await self._request(lambda: self._conn.new_session(cwd=cwd, mcp_servers=[]))
-            self.client.session_id = session.session_id
+            capabilities = response.agent_capabilities
+            loads = capabilities is not None and capabilities.load_session is True
+            resume = self._child.resume
+            if resume is not None:
+                self._child.stage = "session-load"
+                if not loads:
+                    raise self._fail(CONTINUATION_UNSUPPORTED_CATEGORY)
+                # An error answer: the agent does not have the session (never kept,
+                # removed, another home).
+                await self._request(
+                    lambda: self._conn.load_session(cwd=cwd, session_id=resume, mcp_servers=[]),
+                    refused=CONTINUATION_UNAVAILABLE_CATEGORY,
+                )
+                self._session_id = resume
+            else:
+                self._child.stage = "session-new"
+                session = await self._request(
+                    lambda: self._conn.new_session(cwd=cwd, mcp_servers=[])
+                )
+                self._session_id = self.client.session_id = session.session_id
+            if loads and self._config.continuation:
+                self._child.session_id = self._session_id
         except BaseException:
             await self.close()
             raise
 
     async def prompt(self) -> SubagentResult:
         """The one turn, mapped to a result; the connection is closed afterwards."""
-        session_id = self.client.session_id
+        session_id = self._session_id
         assert session_id is not None
+        self.client.session_id = session_id  # a loaded session's replay is behind us
         blocks: list[PromptBlock] = [
             TextContentBlock(type="text", text=text) for text in self._child.task_texts
         ]

@@ -65,6 +65,11 @@ class ClaudeCodeConfig(ProductConfig):
             the CLI stops and the run settles ``error`` with category
             ``error_max_budget_usd``. Omitted → no cap. The CLI checks it between
             model responses, so a run may end somewhat above it.
+        continuation: Let Claude Code keep each run's session (no
+            ``--no-session-persistence``) in its config directory (``CLAUDE_CONFIG_DIR``,
+            else ``$HOME/.claude``) so a follow-up delegation from the same working
+            directory can resume it (the SDK's ``resume``); results then carry a
+            continuation handle. Off by default: nothing is kept on disk.
     """
 
     provider_name: str = Field(default=DEFAULT_PROVIDER_NAME, min_length=1)
@@ -72,3 +77,4 @@ class ClaudeCodeConfig(ProductConfig):
     dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
     permission_mode: PermissionMode = "dontAsk"
     max_budget_usd: UsdAmount | None = None
+    continuation: bool = False

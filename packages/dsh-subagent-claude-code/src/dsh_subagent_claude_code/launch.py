@@ -9,13 +9,17 @@ the installed SDK, so an SDK upgrade that moves it fails loudly.
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, cast
 
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 from claude_agent_sdk import __version__ as sdk_version
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 from claude_agent_sdk.types import CanUseTool, HookCallback
+from dsh_subprocess import child_env
 
 from dsh_subagent_claude_code.config import PermissionMode
 
@@ -25,6 +29,7 @@ __all__ = [
     "build_cli_argv",
     "build_env_overlay",
     "build_sdk_options",
+    "session_file",
 ]
 
 DISALLOWED_TOOLS: Final = ("AskUserQuestion",)
@@ -47,8 +52,13 @@ def build_sdk_options(
     can_use_tool: CanUseTool | None,
     elicitation_hook: HookCallback,
     max_budget_usd: float | None = None,
+    persist_session: bool = False,
+    resume: str | None = None,
 ) -> ClaudeAgentOptions:
     """The SDK options of one run.
+
+    The session is kept on disk only with ``persist_session`` (continuation enabled);
+    ``resume`` continues a kept session (the SDK's own option, ``--resume=<id>``).
 
     ``setting_sources`` stays unset on purpose: the SDK default loads the host's native
     user, project and local settings relative to ``cwd``, never copied or modified.
@@ -59,7 +69,9 @@ def build_sdk_options(
     if permission_mode == "plan":
         # Native allow rules must not switch a plan-only run back to execution.
         disallowed.append("ExitPlanMode")
-    extra_args: dict[str, str | None] = {NO_SESSION_PERSISTENCE_FLAG: None}
+    extra_args: dict[str, str | None] = (
+        {} if persist_session else {NO_SESSION_PERSISTENCE_FLAG: None}
+    )
     if permission_mode == "bypassPermissions":
         extra_args[DANGEROUS_CONFIRMATION_FLAG] = None
     # "Elicitation" is a CLI hook event the 0.2.189 HookEvent Literal does not list yet.
@@ -74,6 +86,7 @@ def build_sdk_options(
         can_use_tool=can_use_tool,
         hooks=hooks,
         max_budget_usd=max_budget_usd,
+        resume=resume,
     )
 
 
@@ -111,3 +124,19 @@ def build_env_overlay(env: Mapping[str, str | None], cwd: str) -> dict[str, str 
         overlay["CLAUDE_CODE_SDK_READS_SESSION_STATE"] = "1"
     overlay["PWD"] = cwd
     return overlay
+
+
+def session_file(env: Mapping[str, str | None], cwd: str, session: str) -> Path:
+    """Where Claude Code keeps ``session`` of a run in ``cwd``: ``projects/<cwd with every
+    character outside [A-Za-z0-9] replaced by "-">/<session>.jsonl`` under the child's
+    config directory (``CLAUDE_CONFIG_DIR`` of the overlaid environment, else
+    ``$HOME/.claude``). The CLI resumes a session only from the directory it ran in.
+
+    ``session`` is a continuation handle's id (its alphabet has no path separator).
+    """
+    environment = child_env(env)
+    config = environment.get("CLAUDE_CONFIG_DIR") or os.path.join(
+        environment.get("HOME") or os.path.expanduser("~"), ".claude"
+    )
+    project = re.sub(r"[^A-Za-z0-9]", "-", cwd)
+    return Path(config) / "projects" / project / f"{session}.jsonl"

@@ -133,8 +133,12 @@ def _input_total(fresh: int | None, read: int | None, created: int | None) -> in
     return fresh + (read or 0) + (created or 0)
 
 
-def usage_of(message: ResultMessage) -> Usage | None:
+def usage_of(message: ResultMessage, *, resumed: bool = False) -> Usage | None:
     """The query's usage from the result message; ``None`` when it states none.
+
+    On a ``resumed`` session the CLI's ``model_usage`` and ``total_cost_usd`` are the
+    session's running totals (earlier delegations included), so a follow-up run reports
+    the query's own ``usage`` tokens and no cost.
 
     The per-model totals (``model_usage``) are preferred, summed over models: they are
     what ``total_cost_usd`` is computed from, and the CLI fills them on every result,
@@ -148,9 +152,9 @@ def usage_of(message: ResultMessage) -> Usage | None:
         if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost)
         else None
     )
-    if cost_usd is not None and cost_usd < 0:
+    if (cost_usd is not None and cost_usd < 0) or resumed:
         cost_usd = None
-    per_model = message.model_usage
+    per_model = None if resumed else message.model_usage
     entries = (
         [entry for entry in per_model.values() if isinstance(entry, Mapping)]
         if isinstance(per_model, Mapping)
@@ -203,8 +207,15 @@ class ClaudeProgress:
         include_commands: Whether ``Bash`` command text may be reported (host opt-in).
     """
 
-    def __init__(self, report: Callable[[ProgressEvent], None], *, include_commands: bool) -> None:
+    def __init__(
+        self,
+        report: Callable[[ProgressEvent], None],
+        *,
+        include_commands: bool,
+        resumed: bool = False,
+    ) -> None:
         self._report = report
+        self._resumed = resumed
         self._include_commands = include_commands
         self._calls: dict[str, _Call] = {}
         self._plan: dict[str, PlanStep] = {}
@@ -245,7 +256,7 @@ class ClaudeProgress:
                 if isinstance(text, str) and text:
                     self._report(AssistantText(text=text, delta=True))
         elif isinstance(message, ResultMessage):
-            usage = usage_of(message)
+            usage = usage_of(message, resumed=self._resumed)
             if usage is not None:
                 self._report(UsageUpdated(usage=usage))
 

@@ -55,7 +55,12 @@ from pydantic import ValidationError
 
 from dsh_subagent_claude_code.config import ClaudeCodeConfig, PermissionMode
 from dsh_subagent_claude_code.failures import PermissionFact, accepted_answer, result_failure
-from dsh_subagent_claude_code.launch import build_cli_argv, build_env_overlay, build_sdk_options
+from dsh_subagent_claude_code.launch import (
+    build_cli_argv,
+    build_env_overlay,
+    build_sdk_options,
+    session_file,
+)
 from dsh_subagent_claude_code.product import PRODUCT, bundled_cli_path
 from dsh_subagent_claude_code.progress import ClaudeProgress
 from dsh_subagent_claude_code.transport import ManagedCLITransport
@@ -81,10 +86,11 @@ def _default_cli_prefix() -> Sequence[str]:
 class _Run:
     """One run's facts; never shared between runs."""
 
-    __slots__ = ("answer", "failure", "mode", "permission", "result_seen")
+    __slots__ = ("answer", "failure", "mode", "permission", "result_seen", "session_id")
 
     def __init__(self, mode: PermissionMode) -> None:
         self.mode: PermissionMode = mode
+        self.session_id: str | None = None
         self.answer: str | None = None
         self.failure: ProductFailure | None = None
         self.permission: PermissionFact | None = None
@@ -100,6 +106,7 @@ class _Run:
         if isinstance(message, ResultMessage):
             # The latest result wins: a failure after a success fails the run.
             self.result_seen = True
+            self.session_id = message.session_id or None
             self.answer = accepted_answer(message)
             self.failure = None if self.answer is not None else result_failure(message)
         elif isinstance(message, SystemMessage) and message.subtype == "permission_denied":
@@ -203,7 +210,7 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
         self._cli_prefix = cli_prefix
         self._options_hook = options_hook
 
-    def _sdk_options(self, cwd: str, run: _Run) -> ClaudeAgentOptions:
+    def _sdk_options(self, cwd: str, run: _Run, resume: str | None = None) -> ClaudeAgentOptions:
         mode = self.config.permission_mode
         options = build_sdk_options(
             cwd=cwd,
@@ -213,13 +220,31 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
             can_use_tool=None if mode == "bypassPermissions" else _deny_every_prompt(run),
             elicitation_hook=_decline_elicitation(run),
             max_budget_usd=self.config.max_budget_usd,
+            persist_session=self.config.continuation,
+            resume=resume,
         )
         return options if self._options_hook is None else self._options_hook(options)
 
+    @property
+    def offers_continuation(self) -> bool:
+        """The configured ``continuation`` (sessions kept in the config directory)."""
+        return self.config.continuation
+
+    def has_session(self, session: str, cwd: str) -> bool:
+        """Whether the config directory still holds ``session`` (see :func:`session_file`)."""
+        return session_file(self.config.env, cwd, session).is_file()
+
     def launch(self, cwd: str) -> Launch:
         """The CLI argv the SDK would build for this run's options, and its env additions."""
+        return self._launch(cwd, None)
+
+    def launch_continuation(self, cwd: str, session: str) -> Launch:
+        """As :meth:`launch`, resuming ``session`` (the SDK's ``resume``)."""
+        return self._launch(cwd, session)
+
+    def _launch(self, cwd: str, resume: str | None) -> Launch:
         # The callbacks of these options are never called: only the argv is read.
-        options = self._sdk_options(cwd, _Run(self.config.permission_mode))
+        options = self._sdk_options(cwd, _Run(self.config.permission_mode), resume)
         return Launch(
             argv=build_cli_argv(options, self._cli_prefix()),
             env=build_env_overlay(self.config.env, cwd),
@@ -239,12 +264,14 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
         each leaving a permission fact that follows a failure line.
         """
         run = _Run(self.config.permission_mode)
-        progress = ClaudeProgress(child.report, include_commands=child.include_commands)
+        progress = ClaudeProgress(
+            child.report, include_commands=child.include_commands, resumed=child.resume is not None
+        )
         messages = cast(
             AsyncGenerator[Message, None],
             query(
                 prompt=child.task,
-                options=self._sdk_options(child.cwd, run),
+                options=self._sdk_options(child.cwd, run, child.resume),
                 transport=ManagedCLITransport(child),
             ),
         )
@@ -266,4 +293,5 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
             raise ProductFailureError(run.failure, run.detail())
         if run.answer is None:
             raise child.fail("missing-result", detail=run.detail())
+        child.session_id = run.session_id
         return run.answer

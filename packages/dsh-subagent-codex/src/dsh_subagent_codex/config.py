@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Final, Literal
 
 from dsh_subagent import Grace, ProductConfig
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 __all__ = ["DEFAULT_DISPOSE_GRACE", "PERMISSION_MODES", "CodexConfig", "PermissionMode"]
 
@@ -40,9 +41,27 @@ class CodexConfig(ProductConfig):
             workspace-write sandbox) or ``dangerously-bypass-approvals-and-sandbox``.
         cwd: Working directory override; relative paths resolve against the launch
             directory at load. ``None`` inherits the parent session's cwd.
+        continuation: Keep each run's thread (``ephemeral: false``) so a follow-up
+            delegation can continue it (``thread/resume``); results then carry a
+            continuation handle. Needs a product home that persists across runs, so
+            ``env`` must set ``CODEX_HOME`` to an absolute directory (refused at load
+            otherwise). Off by default: every thread is ephemeral and no session is
+            kept on disk.
     """
 
     provider_name: str = Field(default="codex", min_length=1)
     model: Annotated[str, Field(min_length=1)] | None = None
     dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
     permission_mode: PermissionMode = "never"
+    continuation: bool = False
+
+    @field_validator("continuation")
+    @classmethod
+    def _persistent_home(cls, value: bool, info: ValidationInfo) -> bool:
+        home = (info.data.get("env") or {}).get("CODEX_HOME")
+        if value and not (isinstance(home, str) and os.path.isabs(home)):
+            raise ValueError(
+                "continuation keeps threads in the product home, so env.CODEX_HOME must name "
+                "an absolute directory that persists across runs"
+            )
+        return value

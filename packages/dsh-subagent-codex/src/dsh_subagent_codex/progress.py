@@ -10,8 +10,10 @@ reports what :func:`progress_events` returns. Only what Codex stated is reported
 * ``item/agentMessage/delta`` → a streamed piece (``delta=True``);
 * ``turn/plan/updated`` → :class:`~dsh_subagent.PlanUpdated`;
 * ``thread/tokenUsage/updated`` → :class:`~dsh_subagent.UsageUpdated` from
-  ``tokenUsage.total`` (cumulative for the thread, which is this run's own ephemeral
-  thread with its one turn).
+  ``tokenUsage.total`` (cumulative for the thread). A resumed thread's total includes
+  earlier delegations, so with a :class:`RunUsage` the run reports its own part: the
+  total less what the thread had used before the turn's first model response
+  (``total - last`` of the turn's first update).
 
 Progress is best effort: a progress notification whose consumed fields have the wrong
 shape is dropped (logged at debug level) instead of failing the run, because the run's
@@ -40,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 __all__ = [
     "PROGRESS_METHODS",
     "TOOL_KINDS",
+    "RunUsage",
     "item_events",
     "progress_events",
     "turn_scope",
@@ -143,6 +146,7 @@ class _Breakdown(BaseModel):
 class _TokenUsage(BaseModel):
     model_config = _RECEIVE
     total: _Breakdown
+    last: _Breakdown | None = None
 
 
 class _TokenUsageParams(BaseModel):
@@ -210,30 +214,56 @@ def _plan(params: object) -> tuple[ProgressEvent, ...]:
     return (PlanUpdated(steps=tuple(PlanStep(text=s.step, status=s.status) for s in steps)),)
 
 
-def _usage(params: object) -> tuple[ProgressEvent, ...]:
-    total = _TokenUsageParams.model_validate(params).tokenUsage.total
+_FIELDS: Final = ("inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens")
+
+
+def _usage(params: object, run: RunUsage | None = None) -> tuple[ProgressEvent, ...]:
+    token_usage = _TokenUsageParams.model_validate(params).tokenUsage
+    counts = [getattr(token_usage.total, name) for name in _FIELDS]
+    if run is not None:
+        counts = run.own(counts, token_usage.last)
     usage = Usage(
-        input_tokens=total.inputTokens,
-        cached_input_tokens=total.cachedInputTokens,
-        output_tokens=total.outputTokens,
-        reasoning_tokens=total.reasoningOutputTokens,
+        input_tokens=counts[0],
+        cached_input_tokens=counts[1],
+        output_tokens=counts[2],
+        reasoning_tokens=counts[3],
     )
     return (UsageUpdated(usage=usage),)
 
 
+class RunUsage:
+    """One run's share of its thread's cumulative usage (see the module docstring)."""
+
+    __slots__ = ("_before",)
+
+    def __init__(self) -> None:
+        self._before: list[int] | None = None
+
+    def own(self, total: list[int], last: _Breakdown | None) -> list[int]:
+        """``total`` less what the thread had used before this run's turn."""
+        if self._before is None:
+            if last is None:  # no breakdown of the latest response: count the whole total
+                self._before = [0] * len(_FIELDS)
+            else:
+                latest = [getattr(last, name) for name in _FIELDS]
+                self._before = [max(t - x, 0) for t, x in zip(total, latest, strict=True)]
+        return [max(t - b, 0) for t, b in zip(total, self._before, strict=True)]
+
+
 def progress_events(
-    method: str, params: object, *, include_commands: bool
+    method: str, params: object, *, include_commands: bool, usage: RunUsage | None = None
 ) -> tuple[ProgressEvent, ...]:
     """The progress a turn-scoped notification of the run's turn states (maybe none).
 
-    Never raises: a notification with a malformed consumed field yields nothing.
+    ``usage`` makes token counts the run's own share of the thread's total. Never
+    raises: a notification with a malformed consumed field yields nothing.
     """
     mappers: dict[str, Callable[[object], tuple[ProgressEvent, ...]]] = {
         "item/started": lambda p: _item(p, started=True, include_commands=include_commands),
         "item/completed": lambda p: _item(p, started=False, include_commands=include_commands),
         "item/agentMessage/delta": _delta,
         "turn/plan/updated": _plan,
-        "thread/tokenUsage/updated": _usage,
+        "thread/tokenUsage/updated": lambda p: _usage(p, usage),
     }
     mapper = mappers.get(method)
     if mapper is None:

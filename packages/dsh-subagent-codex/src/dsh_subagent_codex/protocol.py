@@ -27,6 +27,7 @@ __all__ = [
     "ServerRequestParams",
     "TextInput",
     "ThreadRef",
+    "ThreadResumeParams",
     "ThreadStartParams",
     "ThreadStartResult",
     "TurnCompletedParams",
@@ -80,7 +81,22 @@ class ThreadStartParams(BaseModel):
 
     model_config = _SEND
     cwd: str
-    ephemeral: Literal[True] = True
+    ephemeral: bool = True
+    approvalPolicy: Literal["never", "on-request"]
+    approvalsReviewer: Literal["auto_review"] | None = None
+    sandbox: Literal["workspace-write", "danger-full-access"] | None = None
+    model: str | None = None
+
+
+class ThreadResumeParams(BaseModel):
+    """``thread/resume`` params (by thread id, from the product home); ``None`` fields
+    are left out of the frame. ``excludeTurns``: the history is the product's to read,
+    not the client's."""
+
+    model_config = _SEND
+    threadId: str
+    cwd: str
+    excludeTurns: Literal[True] = True
     approvalPolicy: Literal["never", "on-request"]
     approvalsReviewer: Literal["auto_review"] | None = None
     sandbox: Literal["workspace-write", "danger-full-access"] | None = None

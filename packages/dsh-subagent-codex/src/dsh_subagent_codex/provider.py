@@ -5,7 +5,9 @@ checks, the spawn, rollback, publication, settlement, teardown to whole-tree exi
 :class:`dsh_subagent.ProductProvider`'s.
 
 * ``open()``: ``initialize`` → ``initialized`` → ``thread/start`` (``ephemeral: true``,
-  optional model, the mode's fields); stages ``initialize`` and ``thread-start``.
+  optional model, the mode's fields); stages ``initialize`` and ``thread-start``. With
+  ``continuation`` on, the thread is kept (``ephemeral: false``) and a follow-up run
+  sends ``thread/resume`` instead (stage ``thread-resume``).
 * ``run()``: exactly one ``turn/start``, then frames until ``turn/completed``
   (:class:`~dsh_subagent_codex.turn.TurnDriver`); stages ``turn-start`` and ``turn``.
 * ``interrupt()``: ``turn/interrupt`` of a known turn when a run is stopped early.
@@ -18,7 +20,14 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import ClassVar, Final
 
-from dsh_subagent import Launch, MalformedLinePolicy, ProductChild, ProductProvider, SubagentResult
+from dsh_subagent import (
+    CONTINUATION_UNAVAILABLE_CATEGORY,
+    Launch,
+    MalformedLinePolicy,
+    ProductChild,
+    ProductProvider,
+    SubagentResult,
+)
 from pydantic import ValidationError
 
 from dsh_subagent_codex.binary import codex_app_server_argv
@@ -32,7 +41,12 @@ from dsh_subagent_codex.first_start import (
 )
 from dsh_subagent_codex.jsonrpc import Frame, JsonRpcLines
 from dsh_subagent_codex.permissions import mode_thread_fields
-from dsh_subagent_codex.protocol import InitializeParams, ThreadStartParams, ThreadStartResult
+from dsh_subagent_codex.protocol import (
+    InitializeParams,
+    ThreadResumeParams,
+    ThreadStartParams,
+    ThreadStartResult,
+)
 from dsh_subagent_codex.turn import PRODUCT, TurnDriver, answer_unexpected
 
 __all__ = ["MAX_FRAME_BYTES", "CodexProvider"]
@@ -89,6 +103,11 @@ class CodexProvider(ProductProvider[CodexConfig]):
     # The app-server logs to stderr; a stray stdout line that is not JSON is not a frame.
     malformed_lines: ClassVar[MalformedLinePolicy] = "skip"
 
+    @property
+    def offers_continuation(self) -> bool:
+        """The configured ``continuation`` (threads kept in a persistent ``CODEX_HOME``)."""
+        return self.config.continuation
+
     def launch(self, cwd: str) -> Launch:
         """The pinned binary's app-server argv (a missing wheel fails at stage ``launch``)."""
         return Launch(argv=codex_app_server_argv())
@@ -98,7 +117,8 @@ class CodexProvider(ProductProvider[CodexConfig]):
         return _first_start(effective_codex_home(self.config.env, cwd))
 
     async def open(self, child: ProductChild) -> None:
-        """``initialize`` → ``initialized`` → an ephemeral ``thread/start``."""
+        """``initialize`` → ``initialized`` → an ephemeral ``thread/start`` (a kept one with
+        ``continuation``), or ``thread/resume`` of the thread the run continues."""
         rpc = JsonRpcLines(child)
         init_id = await rpc.send_request("initialize", InitializeParams().model_dump(mode="json"))
         response = await _await_response(rpc, init_id)
@@ -107,25 +127,44 @@ class CodexProvider(ProductProvider[CodexConfig]):
         if isinstance(child.admission, FirstStartPass):
             child.admission.initialized()
         await rpc.notify("initialized")
-        child.stage = "thread-start"
         config = self.config
-        params = ThreadStartParams(
-            cwd=child.cwd, model=config.model, **mode_thread_fields(config.permission_mode)
+        fields = mode_thread_fields(config.permission_mode)
+        method = "thread/start"
+        params: ThreadStartParams | ThreadResumeParams
+        if child.resume is not None:
+            child.stage = "thread-resume"
+            method = "thread/resume"
+            params = ThreadResumeParams(
+                threadId=child.resume, cwd=child.cwd, model=config.model, **fields
+            )
+        else:
+            child.stage = "thread-start"
+            params = ThreadStartParams(
+                cwd=child.cwd, model=config.model, ephemeral=not config.continuation, **fields
+            )
+        request_id = await rpc.send_request(
+            method, params.model_dump(mode="json", exclude_none=True)
         )
-        thread_id = await rpc.send_request(
-            "thread/start", params.model_dump(mode="json", exclude_none=True)
-        )
-        response = await _await_response(rpc, thread_id)
+        response = await _await_response(rpc, request_id)
         if response.error is not None:
+            if child.resume is not None:
+                # The home has no such thread (cleaned, never kept, another home).
+                raise child.fail(CONTINUATION_UNAVAILABLE_CATEGORY)
             raise CodexProtocolError("app-server rejected thread/start")
         try:
             thread = ThreadStartResult.model_validate(response.result).thread
         except ValidationError as exc:
+            raise CodexProtocolError(f"app-server returned an invalid {method} response") from exc
+        if child.resume is not None and thread.id != child.resume:
+            raise CodexProtocolError("app-server resumed another thread")
+        if thread.ephemeral is config.continuation:
             raise CodexProtocolError(
-                "app-server returned an invalid thread/start response"
-            ) from exc
-        if thread.ephemeral is not True:
-            raise CodexProtocolError("app-server did not create an ephemeral thread")
+                "app-server made the kept thread ephemeral"
+                if config.continuation
+                else "app-server did not create an ephemeral thread"
+            )
+        if config.continuation:
+            child.session_id = thread.id
         child.state = TurnDriver(child, rpc, thread.id, config.permission_mode)
 
     async def run(self, child: ProductChild) -> SubagentResult:

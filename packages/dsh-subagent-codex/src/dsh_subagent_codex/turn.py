@@ -39,6 +39,7 @@ from dsh_subagent_codex.permissions import (
 )
 from dsh_subagent_codex.progress import (
     PROGRESS_METHODS,
+    RunUsage,
     item_events,
     progress_events,
     turn_scope,
@@ -136,6 +137,8 @@ class TurnDriver:
     _deferred: list[tuple[int, PermissionFact]] = field(default_factory=list)
     _terminal: SubagentResult | None = None
     _max_tokens: ProductFailure | None = None
+    _usage: RunUsage = field(default_factory=RunUsage)
+    """The run's share of a resumed thread's total (a fresh thread's total is the run's)."""
 
     @property
     def committed(self) -> bool:
@@ -271,7 +274,10 @@ class TurnDriver:
             return
         if scope[1] == self.turn_id:
             for event in progress_events(
-                frame.method or "", frame.params, include_commands=self.child.include_commands
+                frame.method or "",
+                frame.params,
+                include_commands=self.child.include_commands,
+                usage=self._usage if self.child.resume is not None else None,
             ):
                 self.child.report(event)
 

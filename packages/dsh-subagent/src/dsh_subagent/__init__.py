@@ -12,6 +12,13 @@ from dsh_subagent.config_fields import (
     Grace,
     ProductConfig,
 )
+from dsh_subagent.continuation import (
+    CONTINUATION_UNAVAILABLE_CATEGORY,
+    CONTINUATION_UNAVAILABLE_MESSAGE,
+    CONTINUATION_UNSUPPORTED_CATEGORY,
+    ContinuationHandle,
+    ContinuationIds,
+)
 from dsh_subagent.delegate import delegate, delegate_sync
 from dsh_subagent.diagnostics import (
     DIAGNOSTIC_TRUNCATED_SUFFIX,
@@ -21,6 +28,7 @@ from dsh_subagent.diagnostics import (
     limit_diagnostic,
 )
 from dsh_subagent.errors import (
+    ContinuationUnavailableError,
     ProductFailureError,
     ProductStartError,
     ProductTeardownError,
@@ -84,6 +92,7 @@ from dsh_subagent.service import (
 from dsh_subagent.settlement import LocalCancellation, settle_run_result
 from dsh_subagent.task import one_shot_task_texts
 from dsh_subagent.tool import (
+    CONTINUE_ID_REFUSED,
     BackgroundLauncher,
     SubagentTool,
     SubagentToolConfig,
@@ -136,6 +145,10 @@ logging.getLogger("dsh").addHandler(logging.NullHandler())
 __all__ = [
     "ABORTED",
     "COMPLETED",
+    "CONTINUATION_UNAVAILABLE_CATEGORY",
+    "CONTINUATION_UNAVAILABLE_MESSAGE",
+    "CONTINUATION_UNSUPPORTED_CATEGORY",
+    "CONTINUE_ID_REFUSED",
     "DEADLINE_EXCEEDED",
     "DEFAULT_DISPOSE_GRACE",
     "DEFAULT_MAX_LINE_BYTES",
@@ -166,6 +179,9 @@ __all__ = [
     "Changes",
     "ConfiguredCwd",
     "ContentBlock",
+    "ContinuationHandle",
+    "ContinuationIds",
+    "ContinuationUnavailableError",
     "EnvOverlay",
     "FileChanged",
     "Grace",

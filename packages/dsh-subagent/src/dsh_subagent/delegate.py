@@ -18,6 +18,7 @@ import anyio
 from dsh_subagent.budget import Budget
 from dsh_subagent.cancel import CancelSignal
 from dsh_subagent.changes import Isolation
+from dsh_subagent.continuation import ContinuationHandle
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
 from dsh_subagent.progress import ProgressListener
 from dsh_subagent.service import SubagentService
@@ -46,6 +47,7 @@ async def delegate(
     on_progress: ProgressListener | None = None,
     progress_commands: bool = False,
     isolation: Isolation | None = None,
+    resume: ContinuationHandle | None = None,
 ) -> SubagentResult:
     """Delegate ``task`` and return the settled result; the run is always disposed.
 
@@ -68,6 +70,8 @@ async def delegate(
             worktree of the cwd's repository on a new branch); the result's ``changes``
             then says what the run changed. With a service target, register the isolated
             provider instead (``isolation.isolate(provider)``).
+        resume: Continue the product session an earlier result's ``continuation``
+            names: a follow-up delegation of its own (its own process tree and result).
 
     Returns:
         The result: ``completed`` with the answer, or ``error``/``aborted``/... with the
@@ -76,7 +80,8 @@ async def delegate(
     Raises:
         SubagentError: The start was refused or failed before publication (nothing is
             left running), e.g. ``NO_PROVIDER``, ``INVALID_REQUEST``,
-            ``PRODUCT_START_FAILED`` or ``START_CANCELLED``.
+            ``PRODUCT_START_FAILED``, ``START_CANCELLED``, or ``CONTINUATION_UNAVAILABLE``
+            for a handle the provider cannot continue.
 
     If the calling task is cancelled, the run is disposed (its whole process tree gone)
     before the cancellation propagates.
@@ -90,6 +95,7 @@ async def delegate(
         parent=parent,
         budget=budget,
         progress_commands=progress_commands,
+        resume=resume,
     )
     if cancel is not None:
         request = request.model_copy(update={"cancel": cancel})
@@ -152,6 +158,7 @@ def delegate_sync(
     budget: Budget | None = None,
     on_progress: ProgressListener | None = None,
     isolation: Isolation | None = None,
+    resume: ContinuationHandle | None = None,
 ) -> SubagentResult:
     """Blocking :func:`delegate` for scripts: runs its own event loop.
 
@@ -166,11 +173,18 @@ def delegate_sync(
         budget: As for :func:`delegate`.
         on_progress: As for :func:`delegate`.
         isolation: As for :func:`delegate`.
+        resume: As for :func:`delegate`.
     """
 
     async def main() -> SubagentResult:
         return await delegate(
-            provider, task, cwd=cwd, budget=budget, on_progress=on_progress, isolation=isolation
+            provider,
+            task,
+            cwd=cwd,
+            budget=budget,
+            on_progress=on_progress,
+            isolation=isolation,
+            resume=resume,
         )
 
     return anyio.run(main, backend=backend)

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from dsh_subagent.diagnostics import ProductFailure
 
 __all__ = [
+    "ContinuationUnavailableError",
     "ProductFailureError",
     "ProductStartError",
     "ProductTeardownError",
@@ -34,6 +35,10 @@ class SubagentErrorCode(StrEnum):
     PRODUCT_TEARDOWN_FAILED = "PRODUCT_TEARDOWN_FAILED"
     START_CANCELLED = "START_CANCELLED"
     """The request was cancelled before its run was published; nothing is left running."""
+    CONTINUATION_UNAVAILABLE = "CONTINUATION_UNAVAILABLE"
+    """The request's continuation handle names no session this provider instance can
+    continue (another instance or product, or a session the product no longer has);
+    nothing is left running."""
 
 
 class SubagentError(Exception):
@@ -82,6 +87,22 @@ class StartCancelledError(ProductStartError):
     def __init__(self, message: str, *, rollback_failed: bool = False) -> None:
         super().__init__(
             message, rollback_failed=rollback_failed, code=SubagentErrorCode.START_CANCELLED
+        )
+
+
+class ContinuationUnavailableError(ProductStartError):
+    """A continuation handle was refused before publication (code
+    ``CONTINUATION_UNAVAILABLE``); the message is always the fixed
+    :data:`~dsh_subagent.CONTINUATION_UNAVAILABLE_MESSAGE`, whichever check refused it, so
+    a caller learns nothing about sessions it did not start. Whatever had started was
+    rolled back to whole-tree exit first.
+    """
+
+    def __init__(self, message: str, *, rollback_failed: bool = False) -> None:
+        super().__init__(
+            message,
+            rollback_failed=rollback_failed,
+            code=SubagentErrorCode.CONTINUATION_UNAVAILABLE,
         )
 
 

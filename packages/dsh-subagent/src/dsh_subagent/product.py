@@ -15,7 +15,11 @@ no product author should write again:
 * publication, local cancellation, settlement that never raises, the bounded diagnostic
   with the product's exit facts merged in (``diagnostic:*``);
 * ``interrupt()`` at most once when a run is stopped early, then a memoized teardown to
-  whole-tree exit (``quiescence:*``).
+  whole-tree exit (``quiescence:*``);
+* continuation (``continuation:*``), for a provider whose :attr:`offers_continuation` is
+  true: the ``continuation`` capability, the refusal of a handle of another instance or
+  product (and of a session :meth:`has_session` or ``open()`` says the product lacks)
+  with the fixed line, and the handle on the result of every finished turn.
 
 A provider supplies only its product: :meth:`~ProductProvider.launch`,
 :meth:`~ProductProvider.open` (the handshake), :meth:`~ProductProvider.run` (the task to a
@@ -33,15 +37,24 @@ from typing import TYPE_CHECKING, ClassVar, Final, Generic, NoReturn, TypeVar
 
 import anyio
 from dsh_subprocess import ManagedProcess, SpawnError, SpawnSpec, StderrObserver, spawn
+from pydantic import ValidationError
 
 from dsh_subagent.budget import BudgetClock, EffectiveBudget
 from dsh_subagent.config_fields import ProductConfig
+from dsh_subagent.continuation import (
+    CONTINUATION_UNAVAILABLE_CATEGORY,
+    CONTINUATION_UNAVAILABLE_MESSAGE,
+    CONTINUATION_UNSUPPORTED_CATEGORY,
+    ContinuationHandle,
+)
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
 from dsh_subagent.errors import (
+    ContinuationUnavailableError,
     ProductFailureError,
     ProductStartError,
     ProductTeardownError,
     StartCancelledError,
+    SubagentErrorCode,
 )
 from dsh_subagent.lines import (
     DEFAULT_MAX_LINE_BYTES,
@@ -56,7 +69,9 @@ from dsh_subagent.publication import publish_run
 from dsh_subagent.task import one_shot_task_texts
 from dsh_subagent.types import (
     COMPLETED,
+    NO_START_CAPABILITIES,
     ResolvedSubagentStartRequest,
+    SubagentCapabilities,
     SubagentResult,
     SubagentRun,
     TextBlock,
@@ -206,6 +221,44 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         """``True``: the runtime enforces the deadline and the idle timeout."""
         return True
 
+    # -- continuation (optional) --------------------------------------------------------
+
+    @property
+    def offers_continuation(self) -> bool:
+        """Whether this instance continues sessions (``False`` by default).
+
+        A provider returns ``True`` (typically from its configuration) only when its
+        product keeps the session after the run and ``open()`` honours
+        :attr:`ProductChild.resume`; the runtime then declares the ``continuation``
+        capability and puts a handle on each finished turn's result.
+        """
+        return False
+
+    @property
+    def capabilities(self) -> SubagentCapabilities:
+        """No parent-enforced feature; ``continuation`` when :attr:`offers_continuation`."""
+        if self.offers_continuation:
+            return SubagentCapabilities(continuation=True)
+        return NO_START_CAPABILITIES
+
+    def launch_continuation(self, cwd: str, session: str) -> Launch:
+        """How to start the product to continue ``session`` (default: :meth:`launch`, for
+        a product that loads the session over its protocol in ``open()``)."""
+        del session
+        return self.launch(cwd)
+
+    def has_session(self, session: str, cwd: str) -> bool:
+        """Whether the product still has ``session`` for a run in ``cwd``, checked before
+        the spawn (no I/O beyond a file lookup). The default ``True`` leaves the check to
+        ``open()``, which raises ``child.fail(CONTINUATION_UNAVAILABLE_CATEGORY)``."""
+        del session, cwd
+        return True
+
+    @property
+    def product_slug(self) -> str:
+        """The product's name in continuation handles (``codex``, ``claude-code``, ...)."""
+        return _slug(self.product)
+
     # -- naming -------------------------------------------------------------------------
 
     @property
@@ -238,8 +291,9 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         )
         texts = one_shot_task_texts(self.prefix, request.prompt)
         cwd = self._resolve_cwd(request)
+        resume = self._resume_session(request, cwd)
         try:
-            launch = self.launch(cwd)
+            launch = self.launch(cwd) if resume is None else self.launch_continuation(cwd, resume)
             spec = SpawnSpec(
                 argv=tuple(launch.argv),
                 cwd=cwd,
@@ -254,8 +308,23 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                 self._line(ProductFailure(self.product, "launch", "unknown"))
             ) from exc
         run_id = str(uuid.uuid4())
-        child = await self._start_child(request, spec, cwd, run_id, texts, clock)
+        child = await self._start_child(request, spec, cwd, run_id, texts, clock, resume)
         return self._publish(request, child, clock)
+
+    def _resume_session(self, request: ResolvedSubagentStartRequest, cwd: str) -> str | None:
+        """The product session to continue; a handle this instance cannot honour is
+        refused with the fixed line before anything starts."""
+        handle = request.resume
+        if handle is None:
+            return None
+        if (
+            not self.offers_continuation
+            or handle.provider != self.name
+            or handle.product != self.product_slug
+            or not self.has_session(handle.session, cwd)
+        ):
+            raise ContinuationUnavailableError(CONTINUATION_UNAVAILABLE_MESSAGE)
+        return handle.session
 
     def _cancelled_message(self) -> str:
         return f"{self.prefix}: the request was cancelled before the run was published"
@@ -281,6 +350,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         run_id: str,
         texts: list[str],
         clock: BudgetClock,
+        resume: str | None,
     ) -> ProductChild:
         startup = anyio.CancelScope()
         budget = clock.scope()
@@ -312,6 +382,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                         admission=admission,
                         progress=ProgressStream(),
                         include_commands=request.progress_commands,
+                        resume=resume,
                     )
                     clock.attach(child.lines)
                     await self.open(child)
@@ -364,7 +435,18 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             raise error  # the caller's own cancellation propagates after the rollback
         if cancelled:
             raise StartCancelledError(self._cancelled_message()) from error
+        if (
+            isinstance(error, ProductFailureError)
+            and error.failure.category == CONTINUATION_UNAVAILABLE_CATEGORY
+        ):
+            raise ContinuationUnavailableError(CONTINUATION_UNAVAILABLE_MESSAGE) from error
         assert line is not None
+        if (
+            isinstance(error, ProductFailureError)
+            and error.failure.category == CONTINUATION_UNSUPPORTED_CATEGORY
+        ):
+            code = SubagentErrorCode.UNSUPPORTED_CAPABILITY
+            raise ProductStartError(line, code=code) from error
         raise ProductStartError(line) from error
 
     async def _failure_of(
@@ -424,7 +506,10 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             assert outcome is not None
             state.finished = True
             if isinstance(outcome, str):
-                return SubagentResult(output=(TextBlock(text=outcome),), stop_reason=COMPLETED)
+                outcome = SubagentResult(output=(TextBlock(text=outcome),), stop_reason=COMPLETED)
+            handle = self._handle_of(child)
+            if handle is not None:
+                outcome = outcome.model_copy(update={"continuation": handle})
             return outcome
 
         def diagnostic() -> str | None:
@@ -465,6 +550,19 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             run_id=child.run_id,
             progress=child.progress,
         )
+
+    def _handle_of(self, child: ProductChild) -> ContinuationHandle | None:
+        if not self.offers_continuation or child.session_id is None:
+            return None
+        try:
+            return ContinuationHandle(
+                provider=self.name, product=self.product_slug, session=child.session_id
+            )
+        except ValidationError:
+            # A session id outside the handle's safe alphabet cannot be offered; the run
+            # itself is unaffected.
+            _log.info("%s: the product's session id cannot be a continuation", self.prefix)
+            return None
 
     async def _interrupt_bounded(self, child: ProductChild) -> None:
         with anyio.move_on_after(self.config.dispose_grace):

@@ -64,6 +64,13 @@ class ProductChild:
         detail: A safe second line for whatever failure ends this run (e.g. the latest
             permission decision), or ``None``. Keep it current as facts are observed;
             a ``detail`` given to :meth:`fail` wins over it.
+        resume: The product session id this run continues (from the request's
+            continuation handle), or ``None`` for a fresh session. ``open()`` loads it;
+            a product that does not have it raises
+            ``child.fail(CONTINUATION_UNAVAILABLE_CATEGORY)``.
+        session_id: The product session this run worked in, set by the provider once
+            known; with continuation offered, a finished run's result carries it as its
+            continuation handle.
     """
 
     def __init__(
@@ -82,6 +89,7 @@ class ProductChild:
         admission: object = None,
         progress: ProgressStream | None = None,
         include_commands: bool = False,
+        resume: str | None = None,
     ) -> None:
         self._product = product
         self.process = process
@@ -93,6 +101,8 @@ class ProductChild:
         self.admission = admission
         self.state: object = None
         self.detail: str | None = None
+        self.resume = resume
+        self.session_id: str | None = None
         self._grace = grace
         self.progress = progress if progress is not None else ProgressStream()
         self.include_commands = include_commands

@@ -6,9 +6,12 @@ and emits no event:
 
 1. provider lookup → ``NO_PROVIDER``;
 2. capabilities, by presence (``is not None``), in the order agent_options →
-   output_schema → max_depth (flag ``depth_limit``) → tool_filter → persona; the first
-   unsupported field → ``UNSUPPORTED_CAPABILITY``; never accepted-then-ignored;
-3. the ``max_depth`` value, then the output schema's root → ``INVALID_REQUEST``;
+   output_schema → max_depth (flag ``depth_limit``) → tool_filter → persona → resume
+   (flag ``continuation``); the first unsupported field → ``UNSUPPORTED_CAPABILITY``;
+   never accepted-then-ignored;
+3. the ``max_depth`` value, then the output schema's root → ``INVALID_REQUEST``; a
+   continuation handle issued by another provider instance → ``CONTINUATION_UNAVAILABLE``
+   (the fixed line);
 4. descriptor snapshot and a *new* resolved request carrying the service task group;
 5. ``provider.start`` (its failure propagates unchanged).
 
@@ -27,7 +30,8 @@ from typing import Final, Self
 import anyio
 from anyio.abc import TaskGroup
 
-from dsh_subagent.errors import SubagentError, SubagentErrorCode
+from dsh_subagent.continuation import CONTINUATION_UNAVAILABLE_MESSAGE
+from dsh_subagent.errors import ContinuationUnavailableError, SubagentError, SubagentErrorCode
 from dsh_subagent.events import (
     ProviderAdded,
     ProviderRemoved,
@@ -74,6 +78,7 @@ _GATED_FIELDS: Final = (
     ("max_depth", "depth_limit"),
     ("tool_filter", "tool_filter"),
     ("persona", "persona"),
+    ("resume", "continuation"),
 )
 
 
@@ -348,8 +353,9 @@ class SubagentService:
             The published run. The caller owns it and must ``dispose()`` it.
 
         Raises:
-            SubagentError: ``NO_PROVIDER``, ``UNSUPPORTED_CAPABILITY`` or
-                ``INVALID_REQUEST`` before the provider is called; anything
+            SubagentError: ``NO_PROVIDER``, ``UNSUPPORTED_CAPABILITY``,
+                ``INVALID_REQUEST`` or ``CONTINUATION_UNAVAILABLE`` before the provider is
+                called; anything
                 ``provider.start`` raises propagates unchanged. No event is emitted.
             RuntimeError: The service is not running.
         """
@@ -398,6 +404,8 @@ class SubagentService:
             check_max_depth(request.max_depth)
         if request.output_schema is not None:
             _check_output_schema(request.output_schema)
+        if request.resume is not None and request.resume.provider != name:
+            raise ContinuationUnavailableError(CONTINUATION_UNAVAILABLE_MESSAGE)
         descriptor = SubagentDescriptor(provider=name, label=request.label)
         resolved = ResolvedSubagentStartRequest(
             **{field: getattr(request, field) for field in SubagentStartRequest.model_fields},

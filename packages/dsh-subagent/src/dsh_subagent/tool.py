@@ -6,6 +6,11 @@ foreground: the call waits for the result, always disposes the run, and returns 
 final text or an error with the headline, then the ``Diagnostic:`` line, then any partial
 output. ``true`` hands the same run to the Jobs runtime through a
 :class:`BackgroundLauncher` and returns the Job id once it is registered.
+
+When the provider declares the ``continuation`` capability, a completed foreground
+result names a short continuation id, and the optional ``continue_id`` argument starts
+a follow-up delegation in that product session. An id is valid only for the parent
+session it was issued to; any other id gets the fixed :data:`CONTINUE_ID_REFUSED`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, JsonValue, StrictBool, StrictInt, field_validator
 
 from dsh_subagent.changes import render_changes
+from dsh_subagent.continuation import ContinuationHandle, ContinuationIds
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
 from dsh_subagent.events import ProviderAdded, ProviderRemoved, SubagentEvent, render_error
 from dsh_subagent.service import MAX_SAFE_INTEGER, PublishedRun, SubagentService
@@ -48,6 +54,7 @@ from dsh_subagent.types import (
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
+    "CONTINUE_ID_REFUSED",
     "BackgroundLauncher",
     "ModelTool",
     "SubagentTool",
@@ -96,6 +103,22 @@ SUFFIX_BACKGROUND: Final = (
 SUFFIX_FOREGROUND_ONLY: Final = " This call waits for the subagent and returns its result."
 
 BACKGROUND_UNAVAILABLE: Final = "background jobs unavailable: load dsh-tool-jobs"
+
+CONTINUE_ID_PARAMETER: Final = (
+    "Optional: the continuation id a previous result of this tool named, to continue that "
+    "subagent's session. The subagent then remembers its earlier task and answer, so the "
+    "prompt states only the follow-up."
+)
+CONTINUE_ID_REFUSED: Final = (
+    "unknown continuation id (an id is valid only in the conversation that received it)"
+)
+"""The one refusal of a ``continue_id`` that this parent session was not given."""
+
+
+def continuation_note(short_id: str) -> str:
+    """The line appended to a continuable answer (the model-visible id)."""
+    return f"\n\n[continuation id: {short_id} — pass it as continue_id to follow up]"
+
 
 _HEADLINES: Final = {
     ABORTED: "subagent run was cancelled",
@@ -226,6 +249,7 @@ class SubagentTool:
         self._service = service
         self._config = config
         self._background = background
+        self._continuations = ContinuationIds()
         self.check_mount()
 
     @property
@@ -242,6 +266,10 @@ class SubagentTool:
         provider = self._service.get_provider(self._config.provider)
         return provider is not None and provider.inherits_parent_context
 
+    def _continues(self) -> bool:
+        provider = self._service.get_provider(self._config.provider)
+        return provider is not None and provider.capabilities.continuation
+
     @property
     def description(self) -> str:
         """Wording follows the provider's ``inherits_parent_context`` and background."""
@@ -253,7 +281,8 @@ class SubagentTool:
 
     @property
     def parameters(self) -> dict[str, JsonValue]:
-        """Exactly ``description``, ``prompt`` and, with background, ``run_in_background``."""
+        """``description``, ``prompt``, with background ``run_in_background``, and with a
+        provider that declares ``continuation`` the optional ``continue_id``."""
         properties: dict[str, JsonValue] = {
             "description": {"type": "string", "description": DESCRIPTION_PARAMETER},
             "prompt": {
@@ -266,6 +295,8 @@ class SubagentTool:
                 "type": "boolean",
                 "description": RUN_IN_BACKGROUND_PARAMETER,
             }
+        if self._continues():
+            properties["continue_id"] = {"type": "string", "description": CONTINUE_ID_PARAMETER}
         return {
             "type": "object",
             "properties": properties,
@@ -326,6 +357,14 @@ class SubagentTool:
             )
         self.check_mount()
         config = self._config
+        resume = None
+        continue_id = arguments.get("continue_id")
+        if continue_id is not None:
+            if not isinstance(continue_id, str):
+                raise ToolError('argument "continue_id" must be a string')
+            resume = self._continuations.resolve(context.parent.session_id, continue_id)
+            if resume is None or resume.provider != config.provider:
+                raise ToolError(CONTINUE_ID_REFUSED)
         fields = {
             "prompt": (TextBlock(text=prompt),),
             "parent": context.parent,
@@ -334,6 +373,7 @@ class SubagentTool:
             "max_depth": config.max_depth if isinstance(config.max_depth, int) else None,
             "tool_filter": config.tool_filter,
             "persona": config.persona,
+            "resume": resume,
         }
         if background:
             if self._background is None:
@@ -352,7 +392,10 @@ class SubagentTool:
                 context.on_run(run)
             except Exception:  # the harness's hook must not cost the run its disposal
                 _log.exception("dsh_subagent: a tool call's on_run hook raised")
-        return await _collect_foreground(run)
+        session_id = context.parent.session_id
+        return await _collect_foreground(
+            run, lambda handle: self._continuations.issue(session_id, handle)
+        )
 
 
 def mount_subagent_tool(
@@ -411,8 +454,12 @@ def mount_subagent_tool(
     return dispose
 
 
-async def _collect_foreground(run: PublishedRun) -> ToolResult:
-    """Wait for the result, then always dispose; report both failures when both happen."""
+async def _collect_foreground(
+    run: PublishedRun, issue: Callable[[ContinuationHandle], str]
+) -> ToolResult:
+    """Wait for the result, then always dispose; report both failures when both happen.
+
+    A completed result with a continuation handle names a short id ``issue`` mints."""
     result_message: str | None = None
     text = ""
     try:
@@ -421,6 +468,8 @@ async def _collect_foreground(run: PublishedRun) -> ToolResult:
             text = text_of(result.output)
             if result.changes is not None:
                 text += f"\n{render_changes(result.changes)}"
+            if result.continuation is not None:
+                text += continuation_note(issue(result.continuation))
         else:
             result_message = render_foreground_failure(result)
     except Exception as exc:

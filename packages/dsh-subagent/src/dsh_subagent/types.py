@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from dsh_subagent.budget import Budget
 from dsh_subagent.cancel import CancelController, CancelSignal
 from dsh_subagent.changes import Changes
+from dsh_subagent.continuation import ContinuationHandle
 from dsh_subagent.progress import Usage
 
 __all__ = [
@@ -80,8 +81,12 @@ class SubagentCapabilities:
 
     ``agent_options`` → ``agent_options``, ``output_schema`` → ``output_schema``,
     ``depth_limit`` → ``max_depth``, ``tool_filter`` → ``tool_filter``,
-    ``persona`` → ``persona``. A request carrying a field whose flag is false is refused
-    before ``start()`` — never accepted and then ignored.
+    ``persona`` → ``persona``, ``continuation`` → ``resume``. A request carrying a field
+    whose flag is false is refused before ``start()`` — never accepted and then ignored.
+
+    ``continuation`` differs from the other five: it is not a feature the parent
+    enforces on the child but the product's own saved session, so an out-of-process
+    provider may declare it (only when it can continue a session and issues handles).
     """
 
     agent_options: bool = False
@@ -89,10 +94,12 @@ class SubagentCapabilities:
     depth_limit: bool = False
     tool_filter: bool = False
     persona: bool = False
+    continuation: bool = False
 
 
 NO_START_CAPABILITIES: Final = SubagentCapabilities()
-"""All five flags false: what every out-of-process provider advertises."""
+"""Every flag false: what an out-of-process provider advertises (``continuation`` aside,
+which it may declare)."""
 
 
 class ParentContext(BaseModel):
@@ -151,6 +158,9 @@ class SubagentStartRequest(BaseModel):
     Refused (``UNSUPPORTED_CAPABILITY``) by a provider that does not honour budgets."""
     progress_commands: bool = False
     """Host opt-in: progress events of command tools carry the command text."""
+    resume: ContinuationHandle | None = None
+    """Continue the product session an earlier result's ``continuation`` names (gated by
+    the ``continuation`` capability). The run is still a new delegation of its own."""
 
 
 class SubagentDescriptor(BaseModel):
@@ -192,6 +202,10 @@ class SubagentResult(BaseModel):
     """What the product reported it used (tokens, cost); ``None`` when it reported none."""
     changes: Changes | None = None
     """What an isolated run changed (branch, commit, counts); ``None`` without isolation."""
+    continuation: ContinuationHandle | None = None
+    """How to continue this run's product session with a follow-up delegation
+    (``resume=``); ``None`` unless the provider instance offers continuation and the
+    product finished its turn."""
 
     @property
     def text(self) -> str:
