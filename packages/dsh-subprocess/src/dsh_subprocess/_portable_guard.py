@@ -324,9 +324,6 @@ def main(argv: list[str]) -> None:  # noqa: C901 - one event loop, read top to b
     else:
         os.environ["LC_CTYPE"] = argv[3][1:]
     grace = float(argv[4])
-    sys.path.insert(0, argv[5])
-    import psutil
-
     os.set_inheritable(status_fd, False)
     os.set_inheritable(lifeline_fd, False)
     wake_r, wake_w = os.pipe()
@@ -337,6 +334,11 @@ def main(argv: list[str]) -> None:  # noqa: C901 - one event loop, read top to b
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _ignore)
     product = _start_product(argv[6:], status_fd)
+    # psutil is imported only now: its import is most of this guard's start-up, and the
+    # product need not wait for it.
+    sys.path.insert(0, argv[5])
+    import psutil
+
 
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
