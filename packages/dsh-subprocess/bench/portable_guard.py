@@ -80,7 +80,7 @@ def _set_mode(mode: str) -> bool:
 def _host_death(cwd: str, mode: str, trap: str) -> float:
     host_py = Path(cwd) / "host.py"
     host_py.write_text(_HOST)
-    host = subprocess.Popen(  # noqa: S603, TID251 - the host must be our plain child
+    host = subprocess.Popen(  # noqa: TID251 - the host must be our plain child
         [sys.executable, str(host_py), cwd, mode, trap],
         stdout=subprocess.PIPE,
         start_new_session=True,
@@ -139,8 +139,8 @@ def _ms(samples: list[float]) -> str:
 
 
 async def main(n: int) -> None:
-    with tempfile.TemporaryDirectory() as cwd:
-        cwd = os.path.realpath(cwd)
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = os.path.realpath(tmp)  # noqa: ASYNC240 - once, before anything is measured
         print(f"load average {os.getloadavg()[0]:.1f}, {n} samples per row")
         for trap in ("honour", "ignore"):
             deaths: dict[str, list[float]] = {mode: [] for mode in _MODES}
@@ -148,7 +148,8 @@ async def main(n: int) -> None:
                 for mode in _MODES:
                     deaths[mode].append(_host_death(cwd, mode, trap))
             for mode in _MODES:
-                print(f"host SIGKILL → tree gone, escapee {trap}s TERM, {mode:9}: {_ms(deaths[mode])}")
+                label = f"host SIGKILL → tree gone, escapee {trap}s TERM, {mode:9}"
+                print(f"{label}: {_ms(deaths[mode])}")
             ratio = statistics.median(deaths["portable"]) / statistics.median(deaths["per-spawn"])
             print(f"  ratio portable / per-spawn (medians): {ratio:.2f}")
         spawns: dict[str, list[float]] = {mode: [] for mode in (*_MODES, "direct")}
@@ -165,8 +166,10 @@ async def main(n: int) -> None:
         for linger in (0, 10, 50, 200):
             for mode in ("per-spawn", "portable"):
                 escaped = sum([await _escapes(cwd, mode, linger) for _ in range(n)])
-                print(f"double fork, intermediate lives {linger:3} ms, {mode:9}: "
-                      f"{escaped}/{n} escaped")
+                print(
+                    f"double fork, intermediate lives {linger:3} ms, {mode:9}: "
+                    f"{escaped}/{n} escaped"
+                )
         _set_mode("server")
         shutdown_guard_server()
     left = [p for p in psutil.Process().children(recursive=True)]

@@ -77,7 +77,8 @@ async def test_the_product_runs_under_the_portable_guard(tmp_path: Path) -> None
         assert guard.cmdline()[3] == PORTABLE_GUARD_PATH
         # The guard leads the product's session and group, as the Linux guard does.
         assert os.getpgid(proc.pid) == guard.pid == os.getsid(proc.pid)
-        assert proc.pid in proc.tree_pids() and guard.pid in proc.tree_pids()
+        assert proc.pid in proc.tree_pids()
+        assert guard.pid in proc.tree_pids()
     assert await proc.terminate() == ExitFacts(exit_code=None, signal="SIGTERM")
     assert not proc.tree_alive()
 

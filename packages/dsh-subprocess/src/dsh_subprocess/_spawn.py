@@ -41,9 +41,7 @@ def guard_mode() -> GuardMode | None:
     """
     setting = os.environ.get(GUARD_MODE_VARIABLE, "auto")
     if setting not in ("auto", "portable"):
-        raise DshSubprocessError(
-            f"invalid {GUARD_MODE_VARIABLE}: expected 'auto' or 'portable'"
-        )
+        raise DshSubprocessError(f"invalid {GUARD_MODE_VARIABLE}: expected 'auto' or 'portable'")
     if os.name != "posix":
         return None
     if setting == "portable" or sys.platform != "linux":
