@@ -15,7 +15,8 @@ Three measurements, all in one run, modes interleaved (A B A B) so load drifts h
    escaped if it is still alive. Escapes out of N per L, for the portable guard (the
    Linux guard, a subreaper, never lets one escape; it is shown as the control).
 
-Run: ``uv run --locked python packages/dsh-subprocess/bench/portable_guard.py [N]``.
+Run: ``uv run --locked python packages/dsh-subprocess/bench/portable_guard.py [N [PART...]]``
+(parts: ``death``, ``spawn``, ``escape``; all by default).
 Every process it starts is gone when it returns (escaped daemons are killed by pid).
 """
 
@@ -138,11 +139,11 @@ def _ms(samples: list[float]) -> str:
     return f"median {statistics.median(samples) * 1000:7.1f} ms (min {min(samples) * 1000:.1f})"
 
 
-async def main(n: int) -> None:
+async def main(n: int, parts: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cwd = os.path.realpath(tmp)  # noqa: ASYNC240 - once, before anything is measured
         print(f"load average {os.getloadavg()[0]:.1f}, {n} samples per row")
-        for trap in ("honour", "ignore"):
+        for trap in ("honour", "ignore") if "death" in parts else ():
             deaths: dict[str, list[float]] = {mode: [] for mode in _MODES}
             for _ in range(n):
                 for mode in _MODES:
@@ -152,18 +153,20 @@ async def main(n: int) -> None:
                 print(f"{label}: {_ms(deaths[mode])}")
             ratio = statistics.median(deaths["portable"]) / statistics.median(deaths["per-spawn"])
             print(f"  ratio portable / per-spawn (medians): {ratio:.2f}")
-        spawns: dict[str, list[float]] = {mode: [] for mode in (*_MODES, "direct")}
+        spawns: dict[str, list[float]] = {
+            mode: [] for mode in ((*_MODES, "direct") if "spawn" in parts else ())
+        }
         for _ in range(2):  # warm-up
             for mode in spawns:
                 await _first_byte(cwd, mode)
         for _ in range(n * 2):
             for mode in spawns:
                 spawns[mode].append(await _first_byte(cwd, mode))
-        direct = statistics.median(spawns["direct"])
         for mode, samples in spawns.items():
+            direct = statistics.median(spawns["direct"])
             ratio = statistics.median(samples) / direct
             print(f"spawn → first byte, {mode:9}: {_ms(samples)}, ratio to direct {ratio:.1f}")
-        for linger in (0, 10, 50, 200):
+        for linger in (0, 10, 50, 100, 200) if "escape" in parts else ():
             for mode in ("per-spawn", "portable"):
                 escaped = sum([await _escapes(cwd, mode, linger) for _ in range(n)])
                 print(
@@ -178,4 +181,5 @@ async def main(n: int) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    anyio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 10)
+    parts = sys.argv[2:] or ["death", "spawn", "escape"]
+    anyio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 10, parts)

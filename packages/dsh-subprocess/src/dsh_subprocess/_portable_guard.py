@@ -330,6 +330,12 @@ def main(argv: list[str]) -> None:
     else:
         os.environ["LC_CTYPE"] = argv[3][1:]
     grace = float(argv[4])
+    # psutil before the product starts, though its import is most of this guard's
+    # start-up: a product forking during that import would have a window of tens of ms
+    # (hundreds under load) in which a double fork escapes unseen.
+    sys.path.insert(0, argv[5])
+    import psutil
+
     os.set_inheritable(status_fd, False)
     os.set_inheritable(lifeline_fd, False)
     wake_r, wake_w = os.pipe()
@@ -340,11 +346,6 @@ def main(argv: list[str]) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _ignore)
     product = _start_product(argv[6:], status_fd)
-    # psutil is imported only now: its import is most of this guard's start-up, and the
-    # product need not wait for it.
-    sys.path.insert(0, argv[5])
-    import psutil
-
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
