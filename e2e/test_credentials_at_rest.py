@@ -303,9 +303,12 @@ async def test_nothing_at_rest_mid_turn_and_after_a_cancelled_run(
     }
 
 
+# ``portable``: the host runs the guard macOS gets (forced), which must take the tree
+# down as well: docs/platforms.md.
+@pytest.mark.parametrize("guard", ["auto", "portable"])
 @pytest.mark.parametrize("product", PRODUCTS)
 async def test_nothing_at_rest_after_the_host_is_sigkilled_mid_turn(
-    product: Product, setup_for: Callable[[Product], Setup], tmp_path: Path
+    product: Product, setup_for: Callable[[Product], Setup], tmp_path: Path, guard: str
 ) -> None:
     setup = setup_for(product)
     setup.enqueue(setup.tool_call, setup.hold)
@@ -332,6 +335,7 @@ async def test_nothing_at_rest_after_the_host_is_sigkilled_mid_turn(
             stdout="devnull",
             host_death_guard=False,
             grace=0.5,
+            env={"DSH_SUBPROCESS_GUARD": guard},
         ),
         stderr_observer=host_stderr.append,
     )
@@ -343,6 +347,8 @@ async def test_nothing_at_rest_after_the_host_is_sigkilled_mid_turn(
         await anyio.to_thread.run_sync(setup.wait_for_hold)  # the tool has run
         tree = psutil.Process(host.pid).children(recursive=True)
         assert _carries_the_token(tree, setup.secrets.token)
+        guards = [p for p in tree if any(a.endswith("_portable_guard.py") for a in p.cmdline())]
+        assert bool(guards) == (guard == "portable" or sys.platform != "linux")
         mid_turn = setup.secrets.found_in(setup.root)
         os.kill(host.pid, signal.SIGKILL)
         await host.wait()

@@ -43,8 +43,12 @@ class HostDeathReport:
         return bool(self.tree) and not self.survivors
 
 
-async def kill_host(root: Path, how: signal.Signals) -> HostDeathReport:
-    """Start :mod:`reliability.host_program` in ``root``, kill it with ``how``, judge."""
+async def kill_host(root: Path, how: signal.Signals, guard: str = "auto") -> HostDeathReport:
+    """Start :mod:`reliability.host_program` in ``root``, kill it with ``how``, judge.
+
+    ``guard`` is the host's ``DSH_SUBPROCESS_GUARD`` setting: ``auto`` (this platform's
+    guard) or ``portable`` (the macOS guard, forced).
+    """
     report = HostDeathReport(how.name)
     # The host must not be guarded itself: its own death is what is being tested.
     host = await spawn(
@@ -55,6 +59,7 @@ async def kill_host(root: Path, how: signal.Signals) -> HostDeathReport:
             stderr="devnull",
             host_death_guard=False,
             grace=0.5,
+            env={"DSH_SUBPROCESS_GUARD": guard},
         )
     )
     try:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 
 import psutil
 import pytest
 from dsh_subprocess import _guard_server, _tree, guard_server_pid, shutdown_guard_server
+from dsh_subprocess._spawn import GUARD_MODE_VARIABLE
 from dsh_subprocess.testing import alive
 
 
@@ -31,12 +34,32 @@ def guard_server_left_idle(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         shutdown_guard_server()
 
 
-@pytest.fixture(params=["server", "per-spawn", "direct"])
+@pytest.fixture(params=["server", "per-spawn", "portable", "direct"])
 def guarded(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    """Run a test under the guard server, under a per-spawn guard, and without a guard."""
+    """Run a test under the guard server, a per-spawn guard, the portable guard, and none.
+
+    The portable guard is the one macOS and the BSDs get; here it is forced through the
+    documented setting, so the same cases run against it on Linux.
+    """
     mode = str(request.param)
+    if mode in ("server", "per-spawn") and sys.platform != "linux":
+        pytest.skip("the Linux guard exists on Linux only; the portable guard runs here")
     monkeypatch.setattr(_guard_server, "enabled", mode == "server")
+    if mode == "portable":
+        monkeypatch.setenv(GUARD_MODE_VARIABLE, "portable")
+    else:
+        monkeypatch.delenv(GUARD_MODE_VARIABLE, raising=False)
     return mode != "direct"
+
+
+@pytest.fixture
+def guard_mode(guarded: bool) -> str:
+    """The mode the ``guarded`` fixture chose: server, per-spawn, portable or direct."""
+    if not guarded:
+        return "direct"
+    if os.environ.get(GUARD_MODE_VARIABLE) == "portable":
+        return "portable"
+    return "server" if _guard_server.enabled else "per-spawn"
 
 
 @pytest.fixture

@@ -9,7 +9,12 @@ import anyio
 import pytest
 from dsh_subprocess import ExitFacts, SpawnSpec, spawn
 
-pytestmark = pytest.mark.anyio
+# The Linux guard's own machinery (server, relay through /proc); the portable guard's
+# counterpart is test_portable_guard.py.
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(sys.platform != "linux", reason="the Linux guard exists on Linux only"),
+]
 
 # Stands in for a guard: it starts one child in its own process group and one in a session of
 # its own, both blocking SIGTERM, relays a SIGTERM as a guard does on receiving one, and

@@ -23,7 +23,12 @@ from dsh_subprocess import (
 )
 from dsh_subprocess.testing import alive, snapshot
 
-pytestmark = pytest.mark.anyio
+# The Linux guard's own machinery (server, relay through /proc); the portable guard's
+# counterpart is test_portable_guard.py.
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(sys.platform != "linux", reason="the Linux guard exists on Linux only"),
+]
 
 # A hang guard, not a timing: what is waited on would live for a minute or forever unless
 # something killed it, so getting past it at all is the event asserted.

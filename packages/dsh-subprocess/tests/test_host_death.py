@@ -23,7 +23,7 @@ _HANG_GUARD_SECONDS = 30.0
 # The host spawns a tree with a TERM-ignoring grandchild in its own session and a plain
 # grandchild, prints the tree's pids, then either idles (to be killed) or returns.
 _HOST = """
-import json, sys
+import json, os, sys
 import anyio
 from dsh_subprocess import SpawnSpec, _guard_server, spawn
 
@@ -34,6 +34,8 @@ SCRIPT = (
 
 async def main(cwd, guard, then):
     _guard_server.enabled = guard == "server"
+    if guard == "portable":
+        os.environ["DSH_SUBPROCESS_GUARD"] = "portable"
     proc = await spawn(SpawnSpec(argv=("/bin/sh", "-c", SCRIPT), cwd=cwd,
                                  host_death_guard=guard != "direct"))
     await proc.stdout.receive()
@@ -51,6 +53,8 @@ anyio.run(main, *sys.argv[1:])
 
 
 async def _start_host(tmp_path: Path, guard: str, then: str) -> tuple[ManagedProcess, list[int]]:
+    if guard in ("server", "per-spawn") and sys.platform != "linux":
+        pytest.skip("the Linux guard exists on Linux only; the portable guard runs here")
     host_py = tmp_path / "host.py"
     host_py.write_text(_HOST)
     host = await spawn(
@@ -77,7 +81,7 @@ async def _wait_gone(procs: list[psutil.Process], within: float) -> list[psutil.
     return left
 
 
-@pytest.mark.parametrize("guard", ["server", "per-spawn"])
+@pytest.mark.parametrize("guard", ["server", "per-spawn", "portable"])
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 async def test_killed_host_leaves_nothing_behind(
     tmp_path: Path, how: signal.Signals, guard: str
@@ -91,7 +95,7 @@ async def test_killed_host_leaves_nothing_behind(
     assert (await host.terminate()).signal == how.name
 
 
-@pytest.mark.parametrize("guard", ["server", "per-spawn", "direct"])
+@pytest.mark.parametrize("guard", ["server", "per-spawn", "portable", "direct"])
 async def test_host_that_exits_without_terminating_kills_its_trees(
     tmp_path: Path, guard: str
 ) -> None:

@@ -142,6 +142,9 @@ async def test_setsid_grandchild_that_honours_term_ends_without_a_kill(
     assert signal.SIGKILL not in sent_signals  # the tree ended on SIGTERM alone
 
 
+@pytest.mark.skipif(
+    sys.platform != "linux", reason="the Linux guard is a subreaper; see test_portable_guard.py"
+)
 async def test_double_forked_daemon_is_caught_by_the_guard(tmp_path: Path) -> None:
     # Without the guard a double-forked daemon is re-parented away before anyone can
     # see it; the guard is a subreaper, so it stays inside the tree.

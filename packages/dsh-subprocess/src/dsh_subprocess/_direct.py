@@ -1,8 +1,9 @@
 """The direct spawn path: the product, or a guard of its own, as this host's child.
 
 Without the host-death guard the product itself is started in a new session. With it
-(the guard server's fallback) the host starts ``_guard.py`` in a new session, passing it
-the status pipe's and the lifeline's fds; the guard starts the product.
+the host starts the guard in a new session, passing it the status pipe's and the
+lifeline's fds; the guard starts the product. That guard is ``_guard.py`` (Linux: the
+guard server's fallback) or ``_portable_guard.py`` (elsewhere, or forced).
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import psutil
 
 from ._fdstream import close_quietly
 from ._guard_server import GUARD_PATH
@@ -21,13 +24,23 @@ from .errors import SpawnError
 from .process import ManagedProcess, adopt
 from .spec import SpawnSpec
 
-__all__ = ["spawn_direct"]
+if TYPE_CHECKING:
+    from ._spawn import GuardMode
+
+__all__ = ["PORTABLE_GUARD_PATH", "spawn_direct"]
+
+PORTABLE_GUARD_PATH = str(Path(__file__).with_name("_portable_guard.py"))
+# The portable guard runs with ``-S`` (no site: a faster start) and is told where psutil is.
+_PSUTIL_DIR = str(Path(psutil.__file__).resolve().parent.parent)
 
 
 async def spawn_direct(
-    spec: SpawnSpec, env: dict[str, str], guarded: bool, stderr_observer: StderrObserver | None
+    spec: SpawnSpec,
+    env: dict[str, str],
+    mode: GuardMode | None,
+    stderr_observer: StderrObserver | None,
 ) -> ManagedProcess:
-    """Start ``spec`` as this host's child: the product itself, or its guard when ``guarded``.
+    """Start ``spec`` as this host's child: the product itself, or its guard of ``mode``.
 
     Raises:
         SpawnError: The program (or the guard's interpreter) could not be started;
@@ -52,23 +65,19 @@ async def spawn_direct(
             stdio["stderr"] = subprocess.DEVNULL if spec.stderr == "devnull" else None
         argv: list[str] = list(spec.argv)
         pass_fds: tuple[int, ...] = ()
-        if guarded:
+        if mode is not None:
             status_r, status_w = os.pipe()
             lifeline_r, lifeline_w = os.pipe()
             opened += [status_r, status_w, lifeline_r, lifeline_w]
             parent_only_closes += [status_w, lifeline_r]
             os.set_blocking(status_r, False)
             lc_ctype = "-" if "LC_CTYPE" not in env else "=" + env["LC_CTYPE"]
-            argv = [
-                sys.executable,
-                "-I",
-                "-S",
-                GUARD_PATH,
-                str(status_w),
-                str(lifeline_r),
-                lc_ctype,
-                *argv,
-            ]
+            fds = [str(status_w), str(lifeline_r), lc_ctype]
+            if mode == "portable":
+                guard = [PORTABLE_GUARD_PATH, *fds, repr(spec.grace), _PSUTIL_DIR]
+            else:
+                guard = [GUARD_PATH, *fds]
+            argv = [sys.executable, "-I", "-S", *guard, *argv]
             pass_fds = (status_w, lifeline_r)
         try:
             with anyio.CancelScope(shield=True):
@@ -89,9 +98,10 @@ async def spawn_direct(
     proc = ManagedProcess(
         spec,
         process,
-        guarded=guarded,
+        guarded=mode is not None,
+        portable=mode == "portable",
         status_fd=status_r,
         lifeline_fd=lifeline_w,
         stderr_drain=start_drain(stderr_r, stderr_observer),
     )
-    return await adopt(proc, handshake=guarded)
+    return await adopt(proc, handshake=mode is not None)

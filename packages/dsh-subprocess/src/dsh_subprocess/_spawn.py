@@ -1,13 +1,16 @@
 """``spawn()``: check the spec's cwd, build the child environment, pick the spawn path.
 
-Under the host-death guard (Linux) a product goes through this host's guard server
+Under the host-death guard a product goes, on Linux, through this host's guard server
 (:mod:`._served`), falling back to a guard of its own when the server cannot take it;
-otherwise, or without the guard, it is started directly (:mod:`._direct`).
+elsewhere (or when ``DSH_SUBPROCESS_GUARD=portable`` forces it) under a portable guard
+of its own. Without the guard it is started directly (:mod:`._direct`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import Literal
 
 from . import _guard_server
 from ._direct import spawn_direct
@@ -15,13 +18,35 @@ from ._served import spawn_served
 from ._stderr import StderrObserver
 from .cwd import probe_cwd
 from .env import child_env
-from .errors import InvalidCwdError
+from .errors import DshSubprocessError, InvalidCwdError
 from .process import ManagedProcess
 from .spec import SpawnSpec
 
 __all__ = ["spawn"]
 
-_GUARDED = sys.platform == "linux"
+GUARD_MODE_VARIABLE = "DSH_SUBPROCESS_GUARD"
+"""The host environment setting that picks the guard: ``auto`` (default) or ``portable``."""
+
+GuardMode = Literal["linux", "portable"]
+
+
+def guard_mode() -> GuardMode | None:
+    """The guard a guarded spawn gets now, or ``None`` where no guard can run.
+
+    ``auto`` picks the Linux guard on Linux and the portable one on every other POSIX
+    system; ``portable`` forces the portable guard (on Linux too, so that it is tested).
+
+    Raises:
+        DshSubprocessError: The setting holds another value; nothing was started.
+    """
+    setting = os.environ.get(GUARD_MODE_VARIABLE, "auto")
+    if setting not in ("auto", "portable"):
+        raise DshSubprocessError(f"invalid {GUARD_MODE_VARIABLE}: expected 'auto' or 'portable'")
+    if os.name != "posix":
+        return None
+    if setting == "portable" or sys.platform != "linux":
+        return "portable"
+    return "linux"
 
 
 async def spawn(
@@ -45,15 +70,16 @@ async def spawn(
         InvalidCwdError: ``spec.cwd`` is relative, missing, not a directory or not
             enterable (see :func:`~dsh_subprocess.probe_cwd`); nothing was started.
         SpawnError: The program could not be started; nothing is left running.
+        DshSubprocessError: ``DSH_SUBPROCESS_GUARD`` holds an unknown value.
     """
+    mode = guard_mode() if spec.host_death_guard else None
     problem = probe_cwd(spec.cwd)
     if problem is not None:
         raise InvalidCwdError(problem)
     env = child_env(spec.env)
-    guarded = spec.host_death_guard and _GUARDED
-    if guarded and _guard_server.enabled:
+    if mode == "linux" and _guard_server.enabled:
         try:
             return await spawn_served(spec, env, stderr_observer)
         except _guard_server.ServerUnavailable:
             pass  # nothing was started: fall back to a guard of its own
-    return await spawn_direct(spec, env, guarded, stderr_observer)
+    return await spawn_direct(spec, env, mode, stderr_observer)

@@ -65,6 +65,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
         process: anyio.abc.Process | None,
         *,
         guarded: bool,
+        portable: bool = False,
         status_fd: int | None,
         lifeline_fd: int | None,
         stderr_drain: StderrDrain | None,
@@ -76,6 +77,9 @@ class ManagedProcess(anyio.abc.AsyncResource):
         self._spec = spec
         self._process = process
         self._guarded = guarded
+        # A portable guard is no subreaper: it alone knows the members that left its
+        # subtree, so the host asks it to kill ("K" on the lifeline) rather than killing it.
+        self._portable = portable
         self._status = StatusPipe(status_fd)
         self._lifeline_fd = lifeline_fd
         self._stderr_drain = stderr_drain
@@ -227,6 +231,13 @@ class ManagedProcess(anyio.abc.AsyncResource):
         if self._tree_gone:
             return
         with contextlib.suppress(Exception):
+            if self._portable and self._root_alive():
+                # The guard kills what it has seen, escapees included, then exits.
+                self._ask_guard_to_kill()
+                for proc in self._live_members(discover=True).values():
+                    if proc.pid != self._root_pid:
+                        _tree.kill_process(proc)
+                return
             for proc in self._live_members(discover=True).values():
                 if proc.pid != self._root_pid:
                     _tree.kill_process(proc)
@@ -283,6 +294,14 @@ class ManagedProcess(anyio.abc.AsyncResource):
         self._tree_gone = True
         self._known.clear()
         _hostexit.unregister(self)
+        self._close_lifeline()
+
+    def _ask_guard_to_kill(self) -> None:
+        """Tell a portable guard to SIGKILL every member it has seen, then close the lifeline."""
+        fd = self._lifeline_fd
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(fd, b"K")
         self._close_lifeline()
 
     def _close_lifeline(self) -> None:
@@ -399,6 +418,12 @@ class ManagedProcess(anyio.abc.AsyncResource):
 
     def _send_term(self) -> None:
         """SIGTERM to every live member of the tree, inside the root's group or not."""
+        if self._portable and self._root is not None and self._root_alive():
+            # The portable guard alone is sent SIGTERM: it first looks at the tree once
+            # more (a member that left the group is still a descendant of the product
+            # until the product dies), then signals the group and every member outside it.
+            _tree.signal_process(self._root, signal.SIGTERM)
+            return
         _tree.signal_group(self._root_pid, signal.SIGTERM)
         if self._guarded and self._root_alive():
             # The guard leads the group, so it got that SIGTERM too, and passes it on to
@@ -411,6 +436,8 @@ class ManagedProcess(anyio.abc.AsyncResource):
                 _tree.signal_process(proc, signal.SIGTERM)
 
     async def _kill_round(self) -> None:
+        if self._portable and self._root_alive():
+            self._ask_guard_to_kill()
         members = self._live_members(discover=True)
         for pid, proc in members.items():
             if pid != self._root_pid:

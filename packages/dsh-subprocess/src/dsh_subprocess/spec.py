@@ -35,7 +35,9 @@ class SpawnSpec(BaseModel):
             stderr, passed through: an explicit opt-in).
         grace: Seconds between SIGTERM and SIGKILL during :meth:`terminate`.
         host_death_guard: Run the product under the guard program that kills the whole
-            tree when the host dies (Linux; ignored elsewhere).
+            tree when the host dies: the Linux guard on Linux, the portable guard on
+            other POSIX systems (or when ``DSH_SUBPROCESS_GUARD=portable`` forces it;
+            see ``docs/platforms.md``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -28,6 +28,7 @@ from types import TracebackType
 
 import psutil
 
+from ._direct import PORTABLE_GUARD_PATH
 from ._guard_server import GUARD_PATH, guard_server_pid
 from ._tree import is_live
 
@@ -148,7 +149,7 @@ def _is_guard(proc: psutil.Process) -> bool:
         cmdline = proc.cmdline()
     except psutil.Error:
         return False
-    return len(cmdline) > 3 and cmdline[3] == GUARD_PATH
+    return len(cmdline) > 3 and cmdline[3] in (GUARD_PATH, PORTABLE_GUARD_PATH)
 
 
 def product_roots() -> list[psutil.Process]:
