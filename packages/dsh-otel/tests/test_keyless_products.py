@@ -9,6 +9,7 @@ in-memory SDK received.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from dsh_subagent import (
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_codex import CodexConfig, CodexProvider
 from dsh_subprocess.testing import ProcessWatch
+from dsh_worktree import Worktree
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from otel_capture import Captured
@@ -249,4 +251,47 @@ async def test_claude_code_failed(
     assert span.status.status_code is StatusCode.ERROR
     assert attributes["dsh.product"] == "claude-code"
     assert "dsh.diagnostic.stage" in attributes
+    _assert_nothing_secret(captured)
+
+
+PATCH = "apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: added.txt\n+hi\n*** End Patch\nEOF\n"
+
+
+async def test_codex_isolated_and_continued_reports_counts_never_names(
+    tmp_path: Path, captured: Captured, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = T\n\temail = t@example.invalid\n", encoding="utf-8"
+    )
+    repo = tmp_path / PATH_SECRET / "repo"
+    repo.mkdir(parents=True)
+    for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "base"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    script: list[Behaviour] = [
+        FunctionCall((("exec_command", {"cmd": PATCH}),)),
+        PlainAnswer(f"added {ANSWER_SECRET}"),
+        PlainAnswer("followed up"),
+    ]
+    isolation = Worktree(root=str(tmp_path / "worktrees"), branch=f"dsh/{PATH_SECRET}-{{id}}")
+    with ResponsesFixture(script) as fixture:
+        provider = _codex(tmp_path, fixture, continuation=True)
+        first = await delegate(provider, TASK, cwd=repo, isolation=isolation)
+        assert first.continuation is not None
+        follow_up = await delegate(provider, "And then?", cwd=repo, resume=first.continuation)
+    assert first.changes is not None and first.changes.commit is not None
+    assert follow_up.stop_reason == COMPLETED
+    spans = sorted(captured.delegations(), key=lambda s: s.start_time or 0)
+    isolated, resumed = (dict(s.attributes or {}) for s in spans)
+    assert isolated["dsh.isolation.committed"] is True
+    assert isolated["dsh.isolation.files_changed"] == 1
+    assert isolated["dsh.isolation.insertions"] == 1
+    assert isolated["dsh.isolation.commit"] == first.changes.commit
+    assert isolated["dsh.continuation.offered"] is True
+    assert isolated["dsh.continuation.resumed"] is False
+    assert resumed["dsh.continuation.resumed"] is True
     _assert_nothing_secret(captured)

@@ -16,6 +16,7 @@ read into telemetry.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
@@ -60,6 +61,8 @@ _PRODUCT_KINDS: Final = {
     "dsh_subagent_acp": "acp",
 }
 
+_COMMIT: Final = re.compile(r"[0-9a-f]{7,64}")
+
 _DURATION_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 
 
@@ -103,7 +106,11 @@ class _Observation:
     """Follows one start request: the span tree and the metric points of one run."""
 
     def __init__(
-        self, instruments: _Instruments, name: str, provider: SubagentProvider | None
+        self,
+        instruments: _Instruments,
+        name: str,
+        provider: SubagentProvider | None,
+        request: SubagentStartRequest,
     ) -> None:
         self._instruments = instruments
         self._began = time.monotonic()
@@ -120,6 +127,8 @@ class _Observation:
         attributes: dict[str, AttributeValue] = dict(self._dimensions)
         if agent is not None:
             attributes["gen_ai.agent.name"] = agent
+        # A follow-up delegation: that it is one, never the handle (it names a session).
+        attributes["dsh.continuation.resumed"] = request.resume is not None
         self._span = instruments.tracer.start_span(
             f"invoke_agent {agent}" if agent else "invoke_agent",
             kind=SpanKind.CLIENT,
@@ -170,6 +179,7 @@ class _Observation:
             span.set_attribute("gen_ai.response.finish_reasons", (stop,))
             self._record_failure(result, dimensions)
             self._record_usage(result.usage or self._usage, dimensions)
+            self._record_outcome(result)
         else:
             kind = error_type(error) if error is not None else "cancelled"
             dimensions["error.type"] = kind
@@ -240,6 +250,20 @@ class _Observation:
         elif result.stop_reason == COMPLETED:
             span.set_status(Status(StatusCode.OK))
 
+    def _record_outcome(self, result: SubagentResult) -> None:
+        span = self._span
+        span.set_attribute("dsh.continuation.offered", result.continuation is not None)
+        changes = result.changes
+        if changes is None:
+            return
+        # Counts and the commit id only: branch names and worktree paths stay out.
+        span.set_attribute("dsh.isolation.committed", changes.commit is not None)
+        if changes.commit is not None and _COMMIT.fullmatch(changes.commit):
+            span.set_attribute("dsh.isolation.commit", changes.commit)
+        span.set_attribute("dsh.isolation.files_changed", changes.files_changed)
+        span.set_attribute("dsh.isolation.insertions", changes.insertions)
+        span.set_attribute("dsh.isolation.deletions", changes.deletions)
+
     def _record_usage(self, usage: Usage | None, dimensions: dict[str, AttributeValue]) -> None:
         if usage is None:
             return
@@ -295,7 +319,7 @@ class _Observer:
     def start_requested(
         self, name: str, provider: SubagentProvider | None, request: SubagentStartRequest
     ) -> RunObservation | None:
-        return _Observation(self._instruments, name, provider)
+        return _Observation(self._instruments, name, provider, request)
 
 
 class Instrumentation:
