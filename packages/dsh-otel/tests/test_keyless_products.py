@@ -9,7 +9,6 @@ in-memory SDK received.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +270,7 @@ async def test_codex_isolated_and_continued_reports_counts_never_names(
     repo = tmp_path / PATH_SECRET / "repo"
     repo.mkdir(parents=True)
     for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "base"]):
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+        await anyio.run_process(["git", *args], cwd=repo)
     script: list[Behaviour] = [
         FunctionCall((("exec_command", {"cmd": PATCH}),)),
         PlainAnswer(f"added {ANSWER_SECRET}"),
@@ -283,7 +282,8 @@ async def test_codex_isolated_and_continued_reports_counts_never_names(
         first = await delegate(provider, TASK, cwd=repo, isolation=isolation)
         assert first.continuation is not None
         follow_up = await delegate(provider, "And then?", cwd=repo, resume=first.continuation)
-    assert first.changes is not None and first.changes.commit is not None
+    assert first.changes is not None
+    assert first.changes.commit is not None
     assert follow_up.stop_reason == COMPLETED
     spans = sorted(captured.delegations(), key=lambda s: s.start_time or 0)
     isolated, resumed = (dict(s.attributes or {}) for s in spans)
