@@ -11,12 +11,15 @@ model answers without editing, so both sides leave the repository as it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
+import dsh_worktree.provider as worktree_provider
 from dsh_contract_tests.fixtures.responses import PlainAnswer, ResponsesFixture
 from dsh_subagent import ParentContext, SubagentService, SubagentStartRequest, TextBlock
 from dsh_worktree import Worktree
@@ -74,10 +77,38 @@ async def _once(
     return elapsed
 
 
+@contextlib.contextmanager
+def timed_phases(phases: dict[str, list[float]]) -> Iterator[None]:
+    """Time the provider's worktree create and collect (+ remove) calls."""
+    namespace = vars(worktree_provider)  # the names the provider module calls
+    original_create, original_collect = namespace["create"], namespace["collect"]
+
+    async def create(*args: Any) -> Any:
+        started = clock()
+        try:
+            return await original_create(*args)
+        finally:
+            phases["create"].append(clock() - started)
+
+    async def collect(*args: Any) -> Any:
+        started = clock()
+        try:
+            return await original_collect(*args)
+        finally:
+            phases["collect + remove"].append(clock() - started)
+
+    namespace["create"], namespace["collect"] = create, collect
+    try:
+        yield
+    finally:
+        namespace["create"], namespace["collect"] = original_create, original_collect
+
+
 async def run_p7(profile: Profile) -> list[Comparison]:
     """Interleaved pairs: isolated Codex delegation against the plain one."""
     pairs = max(2, profile.p1_pairs // 3)
-    with temp_root("p7") as root, ResponsesFixture() as fixture:
+    phases: dict[str, list[float]] = {"create": [], "collect + remove": []}
+    with temp_root("p7") as root, ResponsesFixture() as fixture, timed_phases(phases):
         repo = make_repository(root)
         home = codex_home(root / "codex", fixture.base_url)
         worktrees = root / "worktrees"
@@ -104,6 +135,13 @@ async def run_p7(profile: Profile) -> list[Comparison]:
             ratio_of="ours/reference",
             target=f"≤ {TARGET:.2f}",
             target_check=lambda ratio: ratio <= TARGET,
-            notes=[f"isolation cost (difference of medians): {cost:.3f} s per delegation"],
+            notes=[
+                f"isolation cost (difference of medians): {cost:.3f} s per delegation",
+                *(
+                    f"{name}: median {statistics.median(values):.3f} s"
+                    for name, values in phases.items()
+                    if values
+                ),
+            ],
         )
     ]

@@ -149,6 +149,8 @@ async def create(
             added = await git_retrying(
                 repo,
                 repo.toplevel,
+                "-c",
+                "checkout.workers=0",  # parallel checkout (one worker per core)
                 "worktree",
                 "add",
                 "--quiet",
