@@ -27,7 +27,9 @@ from dsh_contract_tests.scenario import (
     ProductHome,
     ProviderFactory,
     find_directive,
+    find_directives,
     new_token,
+    recalled_token,
 )
 
 __all__ = [
@@ -56,6 +58,8 @@ __all__ = [
     "SpyProvider",
     "check_no_silent_opt_out",
     "find_directive",
+    "find_directives",
     "new_token",
+    "recalled_token",
     "requirement",
 ]
