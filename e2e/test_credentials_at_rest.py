@@ -277,6 +277,36 @@ async def test_nothing_at_rest_after_a_completed_run(
 
 
 @pytest.mark.parametrize("product", PRODUCTS)
+async def test_nothing_at_rest_in_a_kept_session_after_a_follow_up(
+    product: Product, setup_for: Callable[[Product], Setup]
+) -> None:
+    """With continuation on, the product keeps the session on disk: the conversation is
+    the product's to keep, a layered credential is not (the model never wrote it)."""
+    setup = setup_for(product)
+    setup.config["continuation"] = True
+    setup.enqueue(setup.tool_call, setup.answer, setup.answer)
+    provider = setup.provider()
+    with anyio.fail_after(DEADLINE):
+        async with SubagentService() as service:
+            service.register_provider(provider)
+            run = await service.start(provider.name, _request(setup))
+            first = await run.result()
+            await run.dispose()
+            assert first.continuation is not None, first.diagnostic
+            follow = _request(setup).model_copy(update={"resume": first.continuation})
+            run = await service.start(provider.name, follow)
+            second = await run.result()
+            await run.dispose()
+    assert (second.stop_reason, second.text) == (COMPLETED, ANSWER), second.diagnostic
+    assert len(setup.requests()) == 3  # tool call, answer, then the follow-up's answer
+    assert setup.product_used_the_key()
+    assert not host_descendants()
+    kept = [p for p in setup.root.rglob("*.jsonl") if p.is_file()]
+    assert kept, "continuation keeps the session on disk"
+    assert setup.secrets.found_in(setup.root) == []
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
 async def test_nothing_at_rest_mid_turn_and_after_a_cancelled_run(
     product: Product, setup_for: Callable[[Product], Setup]
 ) -> None:

@@ -72,6 +72,8 @@ class TestAcpContract(ProviderContract):
                 # codex-acp never exits on stdin EOF: a short EOF window keeps dispose quick.
                 dispose_eof_grace=0.2,
                 dispose_grace=2.0,
+                # The kit's opt-in continuation rules run against codex-acp's session/load.
+                continuation=True,
             )
             return AcpProvider(config)
 

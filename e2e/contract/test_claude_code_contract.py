@@ -54,7 +54,10 @@ class TestClaudeCodeContract(ProviderContract):
             home = keyless_claude_home(setup.scratch, messages.base_url)
             env: dict[str, str | None] = {**home.env, **setup.env}
             env["CLAUDE_CONFIG_DIR"] = str(home.config_dir)
-            config = ClaudeCodeConfig(env=env, cwd=setup.cwd_override, dispose_grace=2.0)
+            # continuation on: the kit's opt-in continuation rules run against real Claude Code.
+            config = ClaudeCodeConfig(
+                env=env, cwd=setup.cwd_override, dispose_grace=2.0, continuation=True
+            )
             return ClaudeCodeProvider(config)
 
         return make

@@ -53,8 +53,12 @@ class TestCodexContract(ProviderContract):
             self._router.error_text = setup.error_text
             env = codex_keyless_env(setup.scratch, codex_home=setup.home.codex_home)
             write_codex_config(setup.home.codex_home, responses.base_url)
+            # continuation on: the kit's opt-in continuation rules run against real Codex.
             config = CodexConfig(
-                env={**env, **setup.env}, cwd=setup.cwd_override, dispose_grace=2.0
+                env={**env, **setup.env},
+                cwd=setup.cwd_override,
+                dispose_grace=2.0,
+                continuation=True,
             )
             return CodexProvider(config)
 

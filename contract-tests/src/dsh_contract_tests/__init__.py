@@ -31,7 +31,9 @@ from dsh_contract_tests.scenario import (
     ProductHome,
     ProviderFactory,
     find_directive,
+    find_directives,
     new_token,
+    recalled_token,
 )
 
 __all__ = [
@@ -61,6 +63,8 @@ __all__ = [
     "SpyProvider",
     "check_no_silent_opt_out",
     "find_directive",
+    "find_directives",
     "new_token",
+    "recalled_token",
     "requirement",
 ]

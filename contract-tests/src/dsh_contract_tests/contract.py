@@ -132,6 +132,16 @@ class ProviderContract:
         rules.capability.test_out_of_process_declares_no_capability
     )
 
+    # -- continuation (opt-in) ----------------------------------------------------------
+
+    test_continuation_flag_is_honest = rules.continuation.test_continuation_flag_is_honest
+    test_continued_run_sees_the_earlier_turn = (
+        rules.continuation.test_continued_run_sees_the_earlier_turn
+    )
+    test_foreign_or_stale_handle_is_refused = (
+        rules.continuation.test_foreign_or_stale_handle_is_refused
+    )
+
     # -- cwd ---------------------------------------------------------------------------
 
     test_child_runs_in_parent_session_cwd = rules.cwd.test_child_runs_in_parent_session_cwd

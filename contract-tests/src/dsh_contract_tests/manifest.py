@@ -65,7 +65,7 @@ _ALL: Final = (
     Requirement(
         "capability:out-of-process-declares-none",
         "An out-of-process provider (its runs have no local agent) advertises no start capability "
-        "and does not inherit the parent context.",
+        "(continuation aside) and does not inherit the parent context.",
     ),
     Requirement(
         "cwd:parent-session",
@@ -156,6 +156,22 @@ _ALL: Final = (
         "concurrency:independent-runs",
         "N parallel runs of one provider instance settle independently: cancelling one does not "
         "disturb the others' answers.",
+    ),
+    Requirement(
+        "continuation:flag-honest",
+        "A provider declaring the continuation capability puts a continuation handle naming "
+        "itself on a completed result; one not declaring it puts none.",
+    ),
+    Requirement(
+        "continuation:sees-earlier-turn",
+        "A run started with an earlier result's continuation handle is a new run whose product "
+        "sees the earlier turn, after the earlier run's whole tree has exited.",
+    ),
+    Requirement(
+        "continuation:refused",
+        "A handle of another provider instance, or naming a session the product does not have, "
+        "is refused before publication with CONTINUATION_UNAVAILABLE and the fixed line: no "
+        "lifecycle event, and no process left.",
     ),
     Requirement(
         "loader:entry-point-starts-nothing",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from dsh_contract_tests.fixtures import loopback, messages, responses
-from dsh_contract_tests.scenario import find_directive
+from dsh_contract_tests.scenario import find_directive, recalled_token
 
 __all__ = ["LoopbackDirectiveRoute", "MessagesDirectiveRoute", "ResponsesDirectiveRoute"]
 
@@ -22,19 +22,23 @@ class ResponsesDirectiveRoute:
     """``route`` for :class:`~dsh_contract_tests.fixtures.responses.ResponsesFixture`.
 
     ``complete`` answers the token as the final answer; ``fail`` answers HTTP 500 with
-    :attr:`error_text` (set it to the run's planted raw error); ``hold`` holds; a request
-    without a directive gets a plain ``ok``.
+    :attr:`error_text` (set it to the run's planted raw error); ``hold`` holds; ``recall``
+    answers the token of the session's earlier ``complete`` turn; a request without a
+    directive gets a plain ``ok``.
     """
 
     def __init__(self) -> None:
         self.error_text = _FIXTURE_ERROR
 
     def __call__(self, request: responses.RecordedRequest) -> responses.Behaviour:
-        directive = find_directive(request.raw_body.decode("utf-8", "replace"))
+        body = request.raw_body.decode("utf-8", "replace")
+        directive = find_directive(body)
         if directive is None:
             return responses.PlainAnswer("ok")
         if directive.behaviour == "complete":
             return responses.PlainAnswer(directive.token, phase="final_answer")
+        if directive.behaviour == "recall":
+            return responses.PlainAnswer(recalled_token(body), phase="final_answer")
         if directive.behaviour == "fail":
             return responses.HttpError(500, self.error_text)
         return responses.Hold()
@@ -50,11 +54,14 @@ class MessagesDirectiveRoute:
         self.error_text = _FIXTURE_ERROR
 
     def __call__(self, request: messages.RecordedRequest) -> messages.Behaviour:
-        directive = find_directive(json.dumps(request.body, ensure_ascii=False))
+        body = json.dumps(request.body, ensure_ascii=False)
+        directive = find_directive(body)
         if directive is None:
             return messages.TextAnswer("ok")
         if directive.behaviour == "complete":
             return messages.TextAnswer(directive.token)
+        if directive.behaviour == "recall":
+            return messages.TextAnswer(recalled_token(body))
         if directive.behaviour == "fail":
             return messages.HttpError(500, self.error_text)
         return messages.Hold()

@@ -235,6 +235,18 @@ class ${camel}Provider(ProductProvider[${camel}Config]):
     Config: ClassVar[type[${camel}Config]] = ${camel}Config
     product: ClassVar[str] = "$product"
 
+    # Follow-up delegations are opt-in (the Follow-up delegations page of dsh-python).
+    # When your product keeps a run's session and a later run can continue it, declare
+    # it; the kit's continuation:* rules then run against your provider too:
+    #
+    #     @property
+    #     def offers_continuation(self) -> bool:
+    #         return self.config.continuation  # a bool field you add to the Config
+    #
+    # and in open(): continue ``child.resume`` when it is set (raise
+    # ``child.fail(CONTINUATION_UNAVAILABLE_CATEGORY)`` when the product does not have
+    # that session), and set ``child.session_id`` to the product's session id.
+
     def launch(self, cwd: str) -> Launch:
         """The product's argv (no I/O here): the configured command or the stand-in."""
         argv = self.config.command or (sys.executable, "-m", "$module.child")

@@ -9,7 +9,11 @@ so a loopback model fixture can read it straight out of the request body it rece
 The author's scripted child (or model fixture) finds it with :func:`find_directive`
 and then: ``complete`` answers exactly the token; ``fail`` fails the product with the
 planted raw error text and stderr line; ``hold`` keeps working until cancelled (and,
-where it can, first signals :meth:`ChildSetup.ready_path`).
+where it can, first signals :meth:`ChildSetup.ready_path`). ``recall`` (the
+``continuation:*`` rules, only for a provider declaring continuation) answers the token
+of the first ``complete`` directive earlier in the same session, which the child sees
+only if the run continued that session; when there are several directives, the last one
+is the run's own (:func:`find_directive`).
 """
 
 from __future__ import annotations
@@ -35,13 +39,15 @@ __all__ = [
     "ProductHome",
     "ProviderFactory",
     "find_directive",
+    "find_directives",
     "new_token",
+    "recalled_token",
 ]
 
-Behaviour = Literal["complete", "fail", "hold"]
+Behaviour = Literal["complete", "fail", "hold", "recall"]
 
 DIRECTIVE_PREFIX = "dsh-contract/1"
-_DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]{6,32})")
+_DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold|recall) (T-[0-9a-f]{6,32})")
 
 ENV_READY_DIR = "DSH_CONTRACT_READY_DIR"
 """Overlay variable: directory where a holding child creates a file named by its token."""
@@ -70,12 +76,30 @@ class Directive:
 
 
 def find_directive(text: str) -> Directive | None:
-    """Find the kit's directive anywhere in ``text`` (task text or a raw request body)."""
-    match = _DIRECTIVE.search(text)
-    if match is None:
-        return None
-    behaviour: Behaviour = match.group(1)  # type: ignore[assignment]
-    return Directive(behaviour, match.group(2))
+    """Find the kit's directive in ``text`` (task text or a raw request body).
+
+    A continued session's request also carries the earlier turns' directives before the
+    run's own, so the last one wins.
+    """
+    found = find_directives(text)
+    return found[-1] if found else None
+
+
+def find_directives(text: str) -> list[Directive]:
+    """Every kit directive in ``text``, in order."""
+    return [
+        Directive(match.group(1), match.group(2))  # type: ignore[arg-type]
+        for match in _DIRECTIVE.finditer(text)
+    ]
+
+
+def recalled_token(text: str) -> str:
+    """What a ``recall`` run answers: the token of the first ``complete`` directive in
+    ``text`` (an earlier turn of the session), else ``no-earlier-turn``."""
+    for directive in find_directives(text):
+        if directive.behaviour == "complete":
+            return directive.token
+    return "no-earlier-turn"
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from dsh_subagent import (
     NO_START_CAPABILITIES,
     AgentOptions,
+    ContinuationHandle,
     SubagentError,
     SubagentErrorCode,
     ToolFilter,
@@ -31,6 +33,10 @@ _GATED_FIELDS: dict[str, tuple[str, Any]] = {
     "depth_limit": ("max_depth", 0),
     "tool_filter": ("tool_filter", ToolFilter(allow=("read",))),
     "persona": ("persona", "contract persona"),
+    "continuation": (
+        "resume",
+        ContinuationHandle(provider="contract", product="contract", session="contract-session"),
+    ),
 }
 
 
@@ -89,7 +95,9 @@ async def test_out_of_process_declares_no_capability(
     await contract.check_quiescent("after dispose")
     if run.local_agent is not None:
         pytest.skip("in-process provider: its runs have a local agent")
-    assert provider.capabilities == NO_START_CAPABILITIES, (
+    # continuation is the product's own saved session, not a parent-enforced feature.
+    declared = dataclasses.replace(provider.capabilities, continuation=False)
+    assert declared == NO_START_CAPABILITIES, (
         f"the provider's runs have no local agent, yet it declares {provider.capabilities}; a "
         "child in another process cannot honour parent-enforced start features"
     )
