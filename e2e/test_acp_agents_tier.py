@@ -73,7 +73,7 @@ REPORTS_USAGE: dict[str, str | None] = {
     "claude-agent-acp": "sum",
     "copilot": "sum",
     "gemini-cli": None,
-    "opencode": "sum",
+    "opencode": "last",
     "qwen-code": None,
 }
 

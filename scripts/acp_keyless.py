@@ -115,8 +115,9 @@ class ModelFixture:
 
 
 # Agents that retry HTTP 500 with a long backoff and no setting to stop it are failed
-# with a status they give up on at once (Gemini CLI: 10 attempts, > 2.5 min, on 500).
-FAIL_STATUS = {"gemini-cli": 400}
+# with a status they give up on at once (Gemini CLI: 10 attempts, > 2.5 min, on 500;
+# Qwen Code: still retrying after 2 min).
+FAIL_STATUS = {"gemini-cli": 400, "opencode": 400, "qwen-code": 400}
 
 
 def directive_fixture(profile: AgentProfile) -> tuple[ModelFixture, Any]:

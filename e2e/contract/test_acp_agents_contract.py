@@ -17,7 +17,7 @@ import anyio
 import pytest
 from acp_agent import agent_or_skip
 from acp_keyless import ModelFixture, agent_config, directive_fixture
-from dsh_contract_tests import ChildSetup, ProviderContract, ProviderFactory
+from dsh_contract_tests import ChildSetup, ContractHarness, ProviderContract, ProviderFactory
 from dsh_subagent_acp import AcpProvider, agent_profile
 
 
@@ -97,5 +97,32 @@ class TestOpenCodeContract(_AgentContract):
     agent = "opencode"
 
 
+# Copilot CLI 1.0.102 reports a failed model request as answer text and ends the turn
+# `end_turn` ("Error: Failed to get response from the AI model; retried 5 times ... Last
+# error: 500 <the server's message>"), so over ACP a failure is indistinguishable from an
+# answer: the run settles `completed`, without a diagnostic, with the product's raw error
+# in the output. No provider-side mapping can tell them apart without parsing prose.
+_COPILOT_FAILS_AS_TEXT = (
+    "Copilot CLI 1.0.102 reports a failed model request as answer text with stopReason "
+    "end_turn: the run settles completed, the raw error in its output (docs/agents.md#copilot)"
+)
+
+
 class TestCopilotContract(_AgentContract):
     agent = "copilot"
+
+    @pytest.mark.xfail(strict=True, reason=_COPILOT_FAILS_AS_TEXT)
+    async def test_failing_child_settles_as_a_result(self, contract: ContractHarness) -> None:
+        await super().test_failing_child_settles_as_a_result(contract)
+
+    @pytest.mark.xfail(strict=True, reason=_COPILOT_FAILS_AS_TEXT)
+    async def test_failure_diagnostic_is_the_fixed_line(self, contract: ContractHarness) -> None:
+        await super().test_failure_diagnostic_is_the_fixed_line(contract)
+
+    @pytest.mark.xfail(strict=True, reason=_COPILOT_FAILS_AS_TEXT)
+    async def test_diagnostic_is_bounded(self, contract: ContractHarness) -> None:
+        await super().test_diagnostic_is_bounded(contract)
+
+    @pytest.mark.xfail(strict=True, reason=_COPILOT_FAILS_AS_TEXT)
+    def test_no_planted_secret_leaks(self, contract: ContractHarness, anyio_backend: str) -> None:
+        super().test_no_planted_secret_leaks(contract, anyio_backend)
