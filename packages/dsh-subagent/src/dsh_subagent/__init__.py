@@ -119,6 +119,7 @@ from dsh_subagent.types import (
     ToolFilter,
     text_of,
 )
+from dsh_subagent.utf8 import check_request_text, is_utf8_text
 from dsh_subagent.workdir import (
     assert_positive_finite,
     assert_usable_cwd,
@@ -224,9 +225,11 @@ __all__ = [
     "assert_positive_finite",
     "assert_usable_cwd",
     "check_max_depth",
+    "check_request_text",
     "delegate",
     "delegate_sync",
     "format_product_failure",
+    "is_utf8_text",
     "limit_diagnostic",
     "mount_subagent_tool",
     "one_shot_task_texts",

@@ -9,6 +9,11 @@ product fields; the four common fields and their rules live here, once:
 * ``cwd`` (:data:`ConfiguredCwd`) — an optional working-directory override;
 * ``dispose_grace`` (:data:`Grace`) — seconds between SIGTERM and SIGKILL at teardown.
 
+Every text value of a configuration, the subclass's own fields included, must be valid
+UTF-8 (a product reads it on a UTF-8 wire; see :mod:`dsh_subagent.utf8`). ``env`` alone
+is exempt: the environment is handed to the OS as bytes, where an undecodable byte of an
+inherited variable (``surrogateescape``) is restored exactly.
+
 pydantic (and so the Loader) names the offending field of a ``ValueError``, so every
 check raises one with a message that says what is wrong with the value.
 """
@@ -26,9 +31,12 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveFloat,
+    ValidationInfo,
+    field_validator,
 )
 
 from dsh_subagent.errors import SubagentError
+from dsh_subagent.utf8 import NOT_UTF8, first_non_utf8
 from dsh_subagent.workdir import validate_configured_cwd
 
 __all__ = [
@@ -113,3 +121,14 @@ class ProductConfig(BaseModel):
     dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
     deadline_seconds: PositiveFloat | None = None
     idle_timeout_seconds: PositiveFloat | None = None
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _utf8_text(cls, value: Any, info: ValidationInfo) -> Any:
+        # Every field, a subclass's too; env is bytes for the OS (see the module docstring).
+        if info.field_name != "env":
+            where = first_non_utf8(value)
+            if where is not None:
+                at = f" (at {where})" if where else ""
+                raise ValueError(f"{NOT_UTF8}{at}")
+        return value

@@ -8,7 +8,10 @@ and emits no event:
 2. capabilities, by presence (``is not None``), in the order agent_options →
    output_schema → max_depth (flag ``depth_limit``) → tool_filter → persona; the first
    unsupported field → ``UNSUPPORTED_CAPABILITY``; never accepted-then-ignored;
-3. the ``max_depth`` value, then the output schema's root → ``INVALID_REQUEST``;
+3. every string of the request (the prompt, persona, the parent's cwd, ...) must be
+   valid UTF-8, the ``max_depth`` value, then the output schema's root →
+   ``INVALID_REQUEST`` (the UTF-8 refusal names the field and never repeats the text:
+   :mod:`dsh_subagent.utf8`);
 4. descriptor snapshot and a *new* resolved request carrying the service task group;
 5. ``provider.start`` (its failure propagates unchanged).
 
@@ -49,6 +52,7 @@ from dsh_subagent.types import (
     SubagentRun,
     SubagentStartRequest,
 )
+from dsh_subagent.utf8 import check_request_text
 
 __all__ = [
     "MAX_SAFE_INTEGER",
@@ -345,6 +349,7 @@ class SubagentService:
                 f'subagent provider "{provider.name}" does not honour run budgets '
                 '(request field "budget")',
             )
+        check_request_text(request)
         if request.max_depth is not None:
             check_max_depth(request.max_depth)
         if request.output_schema is not None:
