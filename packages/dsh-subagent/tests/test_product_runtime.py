@@ -171,6 +171,38 @@ async def test_the_product_exiting_mid_run_settles_error_with_its_exit_code(
     )
 
 
+@pytest.mark.parametrize("code", [0, 1])
+async def test_a_failure_the_product_reported_carries_no_exit_facts(
+    service: SubagentService, tmp_path: Path, code: int
+) -> None:
+    # The product said what failed, then exited because the run was over: its exit is not
+    # part of the failure ("error ...; exit code: 0" would read as a contradiction).
+    provider = EchoProvider(EchoConfig())
+    service.register_provider(provider)
+    run = await service.start("echo", request(f"report quota-exceeded {code}", str(tmp_path)))
+    result = await run.result()
+    await run.dispose()
+    assert result.diagnostic == (
+        "Product subagent failure (product: Echo; stage: turn; category: quota-exceeded)"
+    )
+
+
+async def test_a_category_declared_as_the_products_exit_carries_its_exit_facts(
+    service: SubagentService, tmp_path: Path
+) -> None:
+    class EndedEcho(EchoProvider):
+        exit_categories = frozenset({"process-exit", "stream-ended"})
+
+    service.register_provider(EndedEcho(EchoConfig()))
+    run = await service.start("echo", request("report stream-ended 0", str(tmp_path)))
+    result = await run.result()
+    await run.dispose()
+    assert result.diagnostic == (
+        "Product subagent failure (product: Echo; stage: turn; category: stream-ended; "
+        "exit code: 0)"
+    )
+
+
 async def test_the_runs_detail_joins_a_failure_that_names_none(
     service: SubagentService, tmp_path: Path
 ) -> None:

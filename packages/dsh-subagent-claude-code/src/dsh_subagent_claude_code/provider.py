@@ -179,6 +179,9 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
     product: ClassVar[str] = PRODUCT
     open_stage: ClassVar[str] = "query-start"
     run_stage: ClassVar[str] = "query-run"
+    # The CLI's stream ended without a result: its exit is the failure, so the exit facts
+    # join (an error result that the CLI's exit followed does not carry them).
+    exit_categories: ClassVar[frozenset[str]] = frozenset({"process-exit", "missing-result"})
     max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
     # The malformed-line policy is the SDK's and lives in the transport, which reads
     # raw lines: skip a line not starting with "{", fail a "{" line that is not JSON.

@@ -13,9 +13,17 @@ no product author should write again:
 * startup under a cancel scope tied to the request; on any failure or cancellation a
   shielded rollback to whole-tree exit, then one start error with the fixed safe line;
 * publication, local cancellation, settlement that never raises, the bounded diagnostic
-  with the product's exit facts merged in (``diagnostic:*``);
+  (``diagnostic:*``), with the product's exit facts merged in by the one rule below;
 * ``interrupt()`` at most once when a run is stopped early, then a memoized teardown to
   whole-tree exit (``quiescence:*``).
+
+Exit facts (exit code, signal) join a diagnostic only when the product's exit is part of
+the failure: a start failure (whatever exit was observed before the rollback), a
+published failure whose category says the product ended before a terminal outcome
+(:attr:`ProductProvider.exit_categories`, ``process-exit`` by default) and a teardown
+failure. A product that reported its failure itself (an error result, a failed turn) and
+then exited because the run was over gets the line without them: "error ...; exit code:
+0" would read as a contradiction, and the exit adds nothing to what the product said.
 
 A provider supplies only its product: :meth:`~ProductProvider.launch`,
 :meth:`~ProductProvider.open` (the handshake), :meth:`~ProductProvider.run` (the task to a
@@ -126,6 +134,8 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         max_line_bytes: The longest stdout line accepted (the bounded line reader).
         malformed_lines: ``"skip"`` or ``"fail"`` for a stdout line that is not JSON.
         exit_drain: Seconds stdout is still read after the product exited (1 s).
+        exit_categories: The categories of a published failure that *is* the product's
+            exit; only they carry the exit facts (see the module docstring).
 
     Override the :attr:`eof_grace` property for a product that may exit by itself once
     its stdin is closed.
@@ -139,6 +149,10 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     """Seconds stdout is still read after the product exited while something else (a
     ``setsid`` tool process) holds it open; what the product wrote is in the pipe by then."""
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
+    exit_categories: ClassVar[frozenset[str]] = frozenset({"process-exit"})
+    """Categories meaning the product ended before a terminal outcome: after publication,
+    only a failure in one of them carries the exit code and signal. Add a product's own
+    (e.g. a stream that ended without a result); never a category the product reports."""
 
     # -- the hooks a provider implements -----------------------------------------------
 
@@ -370,7 +384,8 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     async def _failure_of(
         self, child: ProductChild | None, error: Exception, *, publishing: bool
     ) -> tuple[ProductFailure, str | None]:
-        """The safe facts of ``error`` with the product's exit facts merged in."""
+        """The safe facts of ``error``; the product's exit facts join when the exit is part
+        of the failure (before publication always, afterwards for :attr:`exit_categories`)."""
         stage = child.stage if child is not None else "spawn"
         detail = None
         if isinstance(error, ProductFailureError):
@@ -389,9 +404,10 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         if child is not None:
             if detail is None:
                 detail = child.detail  # the run's own fact joins any failure, once
-            facts = await child.exit_facts_after_eof()
-            if facts is not None:
-                failure = failure.with_exit(facts.exit_code, facts.signal)
+            if not publishing or failure.category in self.exit_categories:
+                facts = await child.exit_facts_after_eof()
+                if facts is not None:
+                    failure = failure.with_exit(facts.exit_code, facts.signal)
         return failure, detail
 
     # -- the published run --------------------------------------------------------------
