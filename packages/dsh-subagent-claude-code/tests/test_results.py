@@ -187,3 +187,15 @@ async def test_aborted_is_never_reported_for_a_plain_success(standin: Standin) -
     provider = standin.provider([{"op": "result", "result": "fine"}])
     result = await run_once(provider, standin.workspace)
     assert result.stop_reason != ABORTED
+
+
+async def test_a_cli_that_never_starts_its_stream_settles_at_the_response_bound(
+    standin: Standin,
+) -> None:
+    # The stand-in answers initialize, reads the prompt and then writes nothing: the first
+    # message (the CLI's system init) is a direct response, bounded by
+    # response_timeout_seconds; without the bound the run waits forever.
+    provider = standin.provider([{"op": "hang"}], response_timeout_seconds=0.5)
+    result = await run_once(provider, standin.workspace)
+    assert result.stop_reason == ERROR
+    assert result.diagnostic == LINE.format(stage="query-run", category="response-timeout") + ")"

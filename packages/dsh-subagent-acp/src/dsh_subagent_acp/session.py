@@ -111,18 +111,25 @@ class AcpSession:
     async def open(self, cwd: str) -> None:
         """``initialize`` with no file-system or terminal capability, then ``session/new``
         in ``cwd`` with no MCP servers. On any failure the connection is closed."""
+        # Each response is bounded (response_timeout_seconds): an agent that cannot read a
+        # request may never answer it. session/prompt is not: its response ends the turn.
+        bounded = self._child.await_response
         try:
-            response = await self._request(
-                lambda: self._conn.initialize(
-                    protocol_version=PROTOCOL_VERSION,
-                    client_capabilities=ClientCapabilities(),
-                    client_info=CLIENT_INFO,
+            response = await bounded(
+                lambda: self._request(
+                    lambda: self._conn.initialize(
+                        protocol_version=PROTOCOL_VERSION,
+                        client_capabilities=ClientCapabilities(),
+                        client_info=CLIENT_INFO,
+                    )
                 )
             )
             if response.protocol_version != PROTOCOL_VERSION:
                 raise self._fail("protocol-version")
             self._child.stage = "session-new"
-            session = await self._request(lambda: self._conn.new_session(cwd=cwd, mcp_servers=[]))
+            session = await bounded(
+                lambda: self._request(lambda: self._conn.new_session(cwd=cwd, mcp_servers=[]))
+            )
             self.client.session_id = session.session_id
         except BaseException:
             await self.close()

@@ -10,6 +10,10 @@ checks, the spawn, rollback, publication, settlement, teardown to whole-tree exi
   (:class:`~dsh_subagent_codex.turn.TurnDriver`); stages ``turn-start`` and ``turn``.
 * ``interrupt()``: ``turn/interrupt`` of a known turn when a run is stopped early.
 * ``admission()``: the first start per ``CODEX_HOME`` runs alone (first_start.py).
+
+The responses to ``initialize``, ``thread/start`` and ``turn/start`` are each awaited
+under the instance's ``response_timeout_seconds`` (``ProductChild.await_response``): an
+app-server that cannot parse a request logs it and never answers.
 """
 
 from __future__ import annotations
@@ -101,7 +105,7 @@ class CodexProvider(ProductProvider[CodexConfig]):
         """``initialize`` → ``initialized`` → an ephemeral ``thread/start``."""
         rpc = JsonRpcLines(child)
         init_id = await rpc.send_request("initialize", InitializeParams().model_dump(mode="json"))
-        response = await _await_response(rpc, init_id)
+        response = await child.await_response(lambda: _await_response(rpc, init_id))
         if response.error is not None or not isinstance(response.result, dict):
             raise CodexProtocolError("app-server returned invalid initialize response")
         if isinstance(child.admission, FirstStartPass):
@@ -115,7 +119,7 @@ class CodexProvider(ProductProvider[CodexConfig]):
         thread_id = await rpc.send_request(
             "thread/start", params.model_dump(mode="json", exclude_none=True)
         )
-        response = await _await_response(rpc, thread_id)
+        response = await child.await_response(lambda: _await_response(rpc, thread_id))
         if response.error is not None:
             raise CodexProtocolError("app-server rejected thread/start")
         try:

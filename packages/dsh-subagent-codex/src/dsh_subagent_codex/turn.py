@@ -162,8 +162,14 @@ class TurnDriver:
         self._turn_start_id = await self.rpc.send_request(
             "turn/start", params.model_dump(mode="json")
         )
+        # Until the turn/start response commits the turn, every read is bounded by the
+        # response bound (the frames before it are the turn's first, read in order).
+        answered_by = self.child.response_deadline()
         while self._terminal is None:
-            frame = await self.rpc.next_frame()
+            if self.committed:
+                frame = await self.rpc.next_frame()
+            else:
+                frame = await self.child.await_response(self.rpc.next_frame, deadline=answered_by)
             self._order += 1
             await self._dispatch(self._order, frame)
         # A request that arrived in the same chunk as the terminal still has to be

@@ -6,6 +6,7 @@ from dsh_subagent.budget import DEADLINE_EXCEEDED, IDLE_TIMEOUT, Budget, BudgetC
 from dsh_subagent.cancel import CancelController, CancelSignal
 from dsh_subagent.config_fields import (
     DEFAULT_DISPOSE_GRACE,
+    DEFAULT_RESPONSE_TIMEOUT,
     ConfiguredCwd,
     EnvOverlay,
     Grace,
@@ -53,7 +54,7 @@ from dsh_subagent.lines import (
     MalformedLinePolicy,
 )
 from dsh_subagent.product import ProductProvider
-from dsh_subagent.product_child import Launch, ProductChild
+from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild
 from dsh_subagent.progress import (
     DEFAULT_PROGRESS_BUFFER,
     AssistantText,
@@ -139,6 +140,7 @@ __all__ = [
     "DEFAULT_DISPOSE_GRACE",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_PROGRESS_BUFFER",
+    "DEFAULT_RESPONSE_TIMEOUT",
     "DIAGNOSTIC_TRUNCATED_SUFFIX",
     "ERROR",
     "FRAMEWORK_CANCEL_REASON",
@@ -151,6 +153,7 @@ __all__ = [
     "PROVIDER_ADDED",
     "PROVIDER_REMOVED",
     "REFUSAL",
+    "RESPONSE_TIMEOUT",
     "RUN_END",
     "RUN_START",
     "SHUTDOWN_DRAIN_SECONDS",

@@ -7,7 +7,9 @@ product fields; the four common fields and their rules live here, once:
 * ``env`` (:data:`EnvOverlay`) — the explicit overlay on the credential-scrubbed parent
   environment, the only way a scrubbed variable reaches the product;
 * ``cwd`` (:data:`ConfiguredCwd`) — an optional working-directory override;
-* ``dispose_grace`` (:data:`Grace`) — seconds between SIGTERM and SIGKILL at teardown.
+* ``dispose_grace`` (:data:`Grace`) — seconds between SIGTERM and SIGKILL at teardown;
+* ``response_timeout_seconds`` — how long a protocol request that expects a direct
+  response (a handshake, a session or turn start) may go unanswered.
 
 Every text value of a configuration, the subclass's own fields included, must be valid
 UTF-8 (a product reads it on a UTF-8 wire; see :mod:`dsh_subagent.utf8`). ``env`` alone
@@ -41,6 +43,7 @@ from dsh_subagent.workdir import validate_configured_cwd
 
 __all__ = [
     "DEFAULT_DISPOSE_GRACE",
+    "DEFAULT_RESPONSE_TIMEOUT",
     "ConfiguredCwd",
     "EnvOverlay",
     "Grace",
@@ -49,6 +52,13 @@ __all__ = [
 
 DEFAULT_DISPOSE_GRACE = 2.0
 """Seconds a product gets between SIGTERM and SIGKILL unless its configuration says."""
+
+DEFAULT_RESPONSE_TIMEOUT = 120.0
+"""Seconds a request that expects a direct response may go unanswered by default.
+
+Generous on purpose: a product answers its handshake and a session or turn start at once
+when it is healthy (a first start on a fresh home included), so the bound only ends a
+product that will never answer (e.g. one that could not parse the request)."""
 
 
 def _check_env(value: dict[str, str | None]) -> dict[str, str | None]:
@@ -111,6 +121,13 @@ class ProductConfig(BaseModel):
             A request's ``budget`` may shorten it, never extend it.
         idle_timeout_seconds: Longest stretch the product may write nothing on its
             stdout; none by default. A request's ``budget`` may shorten it.
+        response_timeout_seconds: Longest wait for the direct response to a protocol
+            request (Codex ``initialize``, ``thread/start``, ``turn/start``; ACP
+            ``initialize``, ``session/new``; Claude Code's first stream message); default
+            :data:`DEFAULT_RESPONSE_TIMEOUT`.
+            Never the turn itself: a long turn is the product working. When it runs out
+            the start fails (or the run settles ``error``) with category
+            ``response-timeout`` and the whole tree is ended.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -121,6 +138,9 @@ class ProductConfig(BaseModel):
     dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
     deadline_seconds: PositiveFloat | None = None
     idle_timeout_seconds: PositiveFloat | None = None
+    response_timeout_seconds: float = Field(
+        default=DEFAULT_RESPONSE_TIMEOUT, gt=0, allow_inf_nan=False
+    )
 
     @field_validator("*", mode="after")
     @classmethod

@@ -19,11 +19,12 @@ no product author should write again:
 
 Exit facts (exit code, signal) join a diagnostic only when the product's exit is part of
 the failure: a start failure (whatever exit was observed before the rollback), a
-published failure whose category says the product ended before a terminal outcome
-(:attr:`ProductProvider.exit_categories`, ``process-exit`` by default) and a teardown
-failure. A product that reported its failure itself (an error result, a failed turn) and
-then exited because the run was over gets the line without them: "error ...; exit code:
-0" would read as a contradiction, and the exit adds nothing to what the product said.
+published failure that is the product's exit (the wire ended, or the provider raised it
+with ``exited=True``: the product ended before a terminal outcome or its exit status
+failed; ``process-exit`` implies it) and a teardown failure. A product that reported its
+failure itself (an error result, a failed turn) and then exited because the run was over
+gets the line without them: "error ...; exit code: 0" would read as a contradiction, and
+the exit adds nothing to what the product said.
 
 A provider supplies only its product: :meth:`~ProductProvider.launch`,
 :meth:`~ProductProvider.open` (the handshake), :meth:`~ProductProvider.run` (the task to a
@@ -57,7 +58,7 @@ from dsh_subagent.lines import (
     MalformedLineError,
     MalformedLinePolicy,
 )
-from dsh_subagent.product_child import Launch, ProductChild
+from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
 from dsh_subagent.publication import publish_run
@@ -134,8 +135,6 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         max_line_bytes: The longest stdout line accepted (the bounded line reader).
         malformed_lines: ``"skip"`` or ``"fail"`` for a stdout line that is not JSON.
         exit_drain: Seconds stdout is still read after the product exited (1 s).
-        exit_categories: The categories of a published failure that *is* the product's
-            exit; only they carry the exit facts (see the module docstring).
 
     Override the :attr:`eof_grace` property for a product that may exit by itself once
     its stdin is closed.
@@ -149,10 +148,6 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     """Seconds stdout is still read after the product exited while something else (a
     ``setsid`` tool process) holds it open; what the product wrote is in the pipe by then."""
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
-    exit_categories: ClassVar[frozenset[str]] = frozenset({"process-exit"})
-    """Categories meaning the product ended before a terminal outcome: after publication,
-    only a failure in one of them carries the exit code and signal. Add a product's own
-    (e.g. a stream that ended without a result); never a category the product reports."""
 
     # -- the hooks a provider implements -----------------------------------------------
 
@@ -326,6 +321,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                         admission=admission,
                         progress=ProgressStream(),
                         include_commands=request.progress_commands,
+                        response_timeout=self.config.response_timeout_seconds,
                     )
                     clock.attach(child.lines)
                     await self.open(child)
@@ -385,26 +381,27 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         self, child: ProductChild | None, error: Exception, *, publishing: bool
     ) -> tuple[ProductFailure, str | None]:
         """The safe facts of ``error``; the product's exit facts join when the exit is part
-        of the failure (before publication always, afterwards for :attr:`exit_categories`)."""
+        of the failure (before publication always, afterwards when the failure is the exit)."""
         stage = child.stage if child is not None else "spawn"
         detail = None
+        exited = True  # the runtime's own categories below are all the product ending
         if isinstance(error, ProductFailureError):
-            failure, detail = error.failure, error.detail
+            failure, detail, exited = error.failure, error.detail, error.exited
         elif isinstance(error, _EXITED):
             # The product's stdout ended (or its stdin broke): the product exited.
             failure = ProductFailure(
                 self.product, "process" if publishing else stage, "process-exit"
             )
         elif isinstance(error, LineTooLongError):
-            failure = ProductFailure(self.product, stage, "line-too-long")
+            failure, exited = ProductFailure(self.product, stage, "line-too-long"), False
         elif isinstance(error, MalformedLineError):
-            failure = ProductFailure(self.product, stage, "malformed-output")
+            failure, exited = ProductFailure(self.product, stage, "malformed-output"), False
         else:
-            failure = ProductFailure(self.product, stage, "unknown")
+            failure, exited = ProductFailure(self.product, stage, "unknown"), False
         if child is not None:
             if detail is None:
                 detail = child.detail  # the run's own fact joins any failure, once
-            if not publishing or failure.category in self.exit_categories:
+            if not publishing or exited:
                 facts = await child.exit_facts_after_eof()
                 if facts is not None:
                     failure = failure.with_exit(facts.exit_code, facts.signal)
@@ -436,6 +433,11 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             except Exception as exc:
                 if state.failure is None:
                     state.failure = await self._failure_of(child, exc, publishing=True)
+                if state.failure[0].category == RESPONSE_TIMEOUT:
+                    # A product that never answered: the whole tree is gone before the
+                    # result is delivered, as when a budget runs out.
+                    with anyio.CancelScope(shield=True):
+                        await self._release(child)
                 raise
             assert outcome is not None
             state.finished = True
