@@ -388,3 +388,24 @@ async def test_a_response_within_the_bound_is_not_affected(
     result = await run.result()
     await run.dispose()
     assert (result.stop_reason, result.text) == (COMPLETED, "in time")
+
+
+async def test_a_task_over_the_products_input_limit_is_refused_before_the_spawn(
+    service: SubagentService, tmp_path: Path
+) -> None:
+    class Limited(EchoProvider):
+        max_task_chars = 12
+
+    provider = Limited(EchoConfig())
+    service.register_provider(provider)
+    with pytest.raises(SubagentError) as caught:
+        await service.start("echo", request("answer thirteen", str(tmp_path)))
+    assert caught.value.code is SubagentErrorCode.INVALID_REQUEST
+    assert caught.value.message == (
+        "subagent-echo: the task is 15 characters; Echo accepts at most 12 (its input limit): "
+        "shorten it or pass the content as a file"
+    )
+    assert provider.spawned == []
+    run = await service.start("echo", request("answer twelv", str(tmp_path)))  # at the limit
+    assert (await run.result()).text == "twelv"
+    await run.dispose()

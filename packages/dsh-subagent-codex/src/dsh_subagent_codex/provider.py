@@ -39,7 +39,13 @@ from dsh_subagent_codex.permissions import mode_thread_fields
 from dsh_subagent_codex.protocol import InitializeParams, ThreadStartParams, ThreadStartResult
 from dsh_subagent_codex.turn import PRODUCT, TurnDriver, answer_unexpected
 
-__all__ = ["MAX_FRAME_BYTES", "CodexProvider"]
+__all__ = ["MAX_FRAME_BYTES", "MAX_TASK_CHARS", "CodexProvider"]
+
+MAX_TASK_CHARS: Final = 1 << 20
+"""1,048,576 characters: the app-server's input limit for one ``turn/start``, all text
+inputs together (Unicode code points, not bytes). The pinned app-server rejects a longer
+input (JSON-RPC ``-32602``, ``input_too_large``); the provider refuses such a task before
+anything starts, naming its length and this limit."""
 
 MAX_FRAME_BYTES: Final = 32 << 20
 """32 MiB: the longest app-server line accepted. A ``commandExecution`` item carries the
@@ -90,6 +96,7 @@ class CodexProvider(ProductProvider[CodexConfig]):
     open_stage: ClassVar[str] = "initialize"
     run_stage: ClassVar[str] = "turn-start"
     max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
+    max_task_chars: ClassVar[int | None] = MAX_TASK_CHARS
     # The app-server logs to stderr; a stray stdout line that is not JSON is not a frame.
     malformed_lines: ClassVar[MalformedLinePolicy] = "skip"
 

@@ -219,6 +219,10 @@ class TurnDriver:
 
     async def _on_turn_start_response(self, frame: Frame) -> None:
         if frame.error is not None:
+            if _input_error_code(frame.error) == "input_too_large":
+                # The admission check keeps tasks under the limit; should the app-server's
+                # limit shrink, the run still says what happened.
+                raise self.child.fail("input-too-large")
             raise CodexProtocolError("app-server rejected turn/start")
         try:
             turn_id = TurnStartResult.model_validate(frame.result).turn.id
@@ -392,6 +396,12 @@ class TurnDriver:
                 self._claim_turn(params.turnId)
         answer = answer_request(method, params.availableDecisions)
         return answer.fact, answer.result, turnless
+
+
+def _input_error_code(error: Any) -> object:
+    """``error.data.input_error_code`` of a JSON-RPC error, else ``None`` (never its text)."""
+    data = error.get("data") if isinstance(error, dict) else None
+    return data.get("input_error_code") if isinstance(data, dict) else None
 
 
 async def _answer_error(rpc: JsonRpcLines, request_id: Any, message: str) -> None:

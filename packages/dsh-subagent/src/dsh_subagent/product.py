@@ -51,6 +51,8 @@ from dsh_subagent.errors import (
     ProductStartError,
     ProductTeardownError,
     StartCancelledError,
+    SubagentError,
+    SubagentErrorCode,
 )
 from dsh_subagent.lines import (
     DEFAULT_MAX_LINE_BYTES,
@@ -135,6 +137,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         max_line_bytes: The longest stdout line accepted (the bounded line reader).
         malformed_lines: ``"skip"`` or ``"fail"`` for a stdout line that is not JSON.
         exit_drain: Seconds stdout is still read after the product exited (1 s).
+        max_task_chars: The product's input limit in characters, or ``None``.
 
     Override the :attr:`eof_grace` property for a product that may exit by itself once
     its stdin is closed.
@@ -148,6 +151,11 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     """Seconds stdout is still read after the product exited while something else (a
     ``setsid`` tool process) holds it open; what the product wrote is in the pipe by then."""
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
+    max_task_chars: ClassVar[int | None] = None
+    """The product's input limit: the most characters (Unicode code points) its task may
+    have, all text blocks together. A longer task is refused before anything starts
+    (``INVALID_REQUEST`` naming the length and the limit, never the text); ``None``: no
+    known limit."""
 
     # -- the hooks a provider implements -----------------------------------------------
 
@@ -233,7 +241,8 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         Raises:
             StartCancelledError: The request was aborted before or during startup;
                 whatever had started was rolled back to whole-tree exit.
-            SubagentError: ``INVALID_REQUEST`` for an empty, non-text or blank task;
+            SubagentError: ``INVALID_REQUEST`` for an empty, non-text or blank task, or
+                one longer than :attr:`max_task_chars`;
                 ``NO_WORKING_DIRECTORY`` when no usable cwd exists. Nothing started.
             ProductStartError: Startup failed; everything started was rolled back. The
                 message is the fixed safe line; the cause stays on ``__cause__``.
@@ -246,6 +255,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             )
         )
         texts = one_shot_task_texts(self.prefix, request.prompt)
+        self._check_task_length(texts)
         cwd = self._resolve_cwd(request)
         try:
             launch = self.launch(cwd)
@@ -265,6 +275,16 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         run_id = str(uuid.uuid4())
         child = await self._start_child(request, spec, cwd, run_id, texts, clock)
         return self._publish(request, child, clock)
+
+    def _check_task_length(self, texts: list[str]) -> None:
+        limit = self.max_task_chars
+        length = sum(len(text) for text in texts)
+        if limit is not None and length > limit:
+            raise SubagentError(
+                SubagentErrorCode.INVALID_REQUEST,
+                f"{self.prefix}: the task is {length:,} characters; {self.product} accepts at "
+                f"most {limit:,} (its input limit): shorten it or pass the content as a file",
+            )
 
     def _cancelled_message(self) -> str:
         return f"{self.prefix}: the request was cancelled before the run was published"
