@@ -135,7 +135,7 @@ def claude_code_cells() -> list[Cell]:
             "secret-error-payload",
             "query-run",
             then(error_payload),
-            (Outcome("error", "query-run", "error_during_execution", 0),),
+            (Outcome("error", "query-run", "error_during_execution"),),
         ),
         Cell(
             "claude-code",

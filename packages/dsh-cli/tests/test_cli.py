@@ -161,6 +161,22 @@ def test_blank_task_is_a_usage_error_and_starts_nothing(
     assert ScriptedEntry.instances == []
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [(("fix \udcff this",), "the task"), (("Do it.", "--cwd", "/tmp/\udcff"), "--cwd")],
+)
+def test_text_utf8_cannot_encode_is_a_usage_error_and_starts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], named: str
+) -> None:
+    # What an undecodable byte on the command line becomes (surrogateescape).
+    ScriptedEntry.instances.clear()
+    assert _dsh("run", str(_profile(tmp_path)), "worker", *args) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"dsh: error: {named} is not valid UTF-8 text")
+    assert "fix" not in line
+    assert ScriptedEntry.instances == []
+
+
 def test_unknown_tool_names_the_choices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _dsh("run", str(_profile(tmp_path)), "subagent_nope", "Do it.") == 2
     err = capsys.readouterr().err

@@ -8,7 +8,13 @@ from typing import Any
 import anyio
 import pytest
 from acp_harness import Scripted, delegate, make_request, pid_alive, started_run
-from dsh_subagent import ProductStartError, SubagentError, SubagentErrorCode, TextBlock
+from dsh_subagent import (
+    ProductChild,
+    ProductStartError,
+    SubagentError,
+    SubagentErrorCode,
+    TextBlock,
+)
 from dsh_subagent_acp import AcpConfig, AcpProvider
 
 
@@ -229,3 +235,29 @@ async def test_a_blank_block_beside_text_is_kept(tmp_path: Path) -> None:
     await delegate(agent.provider(), cwd=str(agent.workspace), prompt=("one", " ", "two"))
     (prompt,) = agent.frames("incoming", "session/prompt")
     assert [block["text"] for block in prompt["params"]["prompt"]] == ["one", " ", "two"]
+
+
+RESPONSE_BOUND = 0.5
+
+
+@pytest.mark.parametrize("stage_key", ["initialize", "session_new"])
+async def test_a_startup_request_never_answered_fails_at_the_response_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage_key: str
+) -> None:
+    # An agent that cannot read a request may never answer it: without the bound the
+    # start waits forever. The whole tree is gone when start() raises.
+    stage = "initialize" if stage_key == "initialize" else "session-new"
+
+    def deadline(self: ProductChild) -> float:
+        # Only the stage under test gets the short bound: the bound of initialize also
+        # covers the agent's startup, which takes seconds on a loaded machine.
+        return anyio.current_time() + (RESPONSE_BOUND if self.stage == stage else 600.0)
+
+    monkeypatch.setattr(ProductChild, "response_deadline", deadline)
+    agent = Scripted(tmp_path, {stage_key: {"do": "hang"}})
+    error = await _start_error(agent)
+    assert error.message == "subagent-acp: " + LINE.format(
+        stage=stage, category="response-timeout", extra=""
+    )
+    started = agent.events("started")
+    assert not started or not pid_alive(started[0]["pid"])

@@ -195,9 +195,10 @@ async def test_real_error_max_turns(tmp_path: Path) -> None:
         requests = fixture.message_requests()
     assert result.stop_reason == ERROR
     assert result.diagnostic is not None
-    assert result.diagnostic.startswith(
+    # The line the peer pins: the CLI reported the failure, so its exit joins nothing.
+    assert result.diagnostic == (
         "Product subagent failure (product: Claude Code; stage: query-run; "
-        "category: error_max_turns"
+        "category: error_max_turns)"
     )
     assert target.read_text(encoding="utf-8") == "SECRET-CONTENT-9"
     assert "SECRET-CONTENT" not in result.diagnostic
@@ -212,9 +213,9 @@ async def test_real_http_500_is_invalid_success_with_http_status(tmp_path: Path)
         requests = fixture.message_requests()
     assert result.stop_reason == ERROR
     assert result.diagnostic is not None
-    assert result.diagnostic.startswith(
+    assert result.diagnostic == (
         "Product subagent failure (product: Claude Code; stage: query-run; "
-        "category: invalid-success; HTTP status: 500"
+        "category: invalid-success; HTTP status: 500)"
     )
     assert "sk-ant" not in result.diagnostic
     assert len(requests) == 1  # retries are 0

@@ -93,8 +93,7 @@ async def test_permission_prompt_is_denied_and_the_fact_follows_a_failure(
     assert result.stop_reason == ERROR
     assert result.diagnostic == (
         "Product subagent failure (product: Claude Code; stage: query-run; "
-        "category: error_during_execution; exit code: 0)\n"
-        + DENIED_BY_PROVIDER.format(mode="dontAsk")
+        "category: error_during_execution)\n" + DENIED_BY_PROVIDER.format(mode="dontAsk")
     )
     assert SECRET not in result.diagnostic
 
@@ -133,7 +132,7 @@ async def test_latest_permission_fact_wins(standin: Standin) -> None:
     assert result.diagnostic is not None
     assert result.diagnostic.split("\n") == [
         "Product subagent failure (product: Claude Code; stage: query-run; "
-        "category: error_during_execution; exit code: 0)",
+        "category: error_during_execution)",
         DENIED_BY_PRODUCT,
     ]
 

@@ -50,7 +50,9 @@ async def test_each_sdk_error_subtype_is_preserved_exactly(standin: Standin, sub
     result = await run_once(provider, standin.workspace)
     assert result.stop_reason == ERROR
     assert result.output == ()
-    assert result.diagnostic == LINE.format(stage="query-run", category=subtype) + "; exit code: 1)"
+    # The CLI reported the failure, then exited (1) because the run was over: that exit
+    # is not part of the failure, so the line carries no exit facts.
+    assert result.diagnostic == LINE.format(stage="query-run", category=subtype) + ")"
     assert secret not in result.diagnostic
 
 
@@ -69,8 +71,7 @@ async def test_error_marked_success_is_invalid_success_with_http_status(standin:
     result = await run_once(provider, standin.workspace)
     assert result.stop_reason == ERROR
     assert result.diagnostic == (
-        LINE.format(stage="query-run", category="invalid-success")
-        + "; HTTP status: 500; exit code: 1)"
+        LINE.format(stage="query-run", category="invalid-success") + "; HTTP status: 500)"
     )
 
 
@@ -79,10 +80,7 @@ async def test_blank_success_is_invalid_success(standin: Standin, blank: str | N
     provider = standin.provider([{"op": "result", "result": blank}])
     result = await run_once(provider, standin.workspace)
     assert result.stop_reason == ERROR
-    # The runtime merges the CLI's observed exit into every failure line, a clean one too.
-    assert result.diagnostic == (
-        LINE.format(stage="query-run", category="invalid-success") + "; exit code: 0)"
-    )
+    assert result.diagnostic == LINE.format(stage="query-run", category="invalid-success") + ")"
 
 
 async def test_non_numeric_http_status_is_dropped(standin: Standin) -> None:
@@ -98,14 +96,13 @@ async def test_unknown_subtype_is_unknown_and_not_copied(standin: Standin) -> No
     )
     result = await run_once(provider, standin.workspace)
     assert result.stop_reason == ERROR
-    assert result.diagnostic == LINE.format(stage="query-run", category="unknown") + (
-        "; exit code: 0)"
-    )
+    assert result.diagnostic == LINE.format(stage="query-run", category="unknown") + ")"
     assert "brand_new" not in result.diagnostic
 
 
 async def test_no_result_is_missing_result(standin: Standin) -> None:
-    # The CLI ends cleanly (exit 0) without ever sending a result.
+    # The CLI ends cleanly (exit 0) without ever sending a result: the exit is the failure,
+    # so its facts join the line (a clean 0 included), as for process-exit.
     provider = standin.provider(
         [{"op": "init"}, {"op": "assistant", "text": "partial"}, {"op": "exit", "code": 0}]
     )
@@ -190,3 +187,15 @@ async def test_aborted_is_never_reported_for_a_plain_success(standin: Standin) -
     provider = standin.provider([{"op": "result", "result": "fine"}])
     result = await run_once(provider, standin.workspace)
     assert result.stop_reason != ABORTED
+
+
+async def test_a_cli_that_never_starts_its_stream_settles_at_the_response_bound(
+    standin: Standin,
+) -> None:
+    # The stand-in answers initialize, reads the prompt and then writes nothing: the first
+    # message (the CLI's system init) is a direct response, bounded by
+    # response_timeout_seconds; without the bound the run waits forever.
+    provider = standin.provider([{"op": "hang"}], response_timeout_seconds=0.5)
+    result = await run_once(provider, standin.workspace)
+    assert result.stop_reason == ERROR
+    assert result.diagnostic == LINE.format(stage="query-run", category="response-timeout") + ")"

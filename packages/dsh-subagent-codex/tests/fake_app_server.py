@@ -18,6 +18,7 @@ client sent (plus ``{"event": ...}`` markers). Steps:
 * ``{"op": "ready", "path": P}`` — create file P (a readiness marker for tests).
 * ``{"op": "wait_file", "path": P}`` — block until file P exists (the test's go signal).
 * ``{"op": "wait_eof"}`` — read until stdin ends.
+* ``{"op": "sleep", "seconds": S}`` — write nothing for S seconds.
 * ``{"op": "hang"}`` — block forever (until a signal ends the process).
 * ``{"op": "ignore_term"}`` — ignore SIGTERM from now on.
 * ``{"op": "grandchild"}`` — start a sleeping grandchild holding stdout open; its pid
@@ -123,6 +124,8 @@ class Fake:
         elif op == "wait_eof":
             while self.read_frame() is not None:
                 pass
+        elif op == "sleep":
+            time.sleep(float(step["seconds"]))
         elif op == "hang":
             while True:
                 time.sleep(3600)
@@ -143,7 +146,7 @@ def main() -> None:
     with open(script_path, encoding="utf-8") as handle:
         steps = json.load(handle)
     fake = Fake(log_path)
-    fake.record({"event": "started", "argv": sys.argv[1:], "cwd": os.getcwd()})
+    fake.record({"event": "started", "argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid()})
     env_probe = os.environ.get("FAKE_ENV_PROBE")
     if env_probe:
         fake.record({"event": "env", "env": {k: os.environ.get(k) for k in env_probe.split(",")}})

@@ -7,6 +7,8 @@ It says ``{"type": "ready"}`` (unless the task's first word is ``silent-open``),
 * ``stderr <text>`` → writes ``<text>`` on stderr, then answers ``ok``;
 * ``partial <text>`` → ``{"type": "partial", "text": <text>}``, then waits for EOF;
 * ``exit <code>`` → exits with that code;
+* ``report <category> <code>`` → ``{"type": "failed", "category": <category>}`` (the
+  product reports its own failure), then exits with that code;
 * ``long <bytes>`` → writes that many bytes without a newline, then waits for EOF;
 * ``garbage`` → a line that is not JSON, then answers ``after garbage``;
 * ``bad-hello`` → the handshake line is ``{"type": "nope"}``;
@@ -45,6 +47,10 @@ def main() -> int:
         sys.stdin.read()
     elif word == "exit":
         return int(rest)
+    elif word == "report":
+        category, code = rest.split()
+        _send({"type": "failed", "category": category})
+        return int(code)
     elif word == "long":
         sys.stdout.write("x" * int(rest))
         sys.stdout.flush()

@@ -5,6 +5,7 @@ Imported by the runtime tests (``conftest`` puts this directory on ``sys.path``)
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -76,6 +77,13 @@ class EchoProvider(ProductProvider[EchoConfig]):
                 child.report(UsageUpdated(usage=usage))
             elif message["type"] == "final":
                 return str(message["text"])
+            elif message["type"] == "failed":
+                # Like an SDK that reads its stream to the end: the product's exit is
+                # observed before the failure is raised.
+                with contextlib.suppress(anyio.EndOfStream):
+                    while True:
+                        await child.receive_json()
+                raise child.fail(str(message["category"]))
 
     async def interrupt(self, child: ProductChild) -> None:
         self.interrupts += 1

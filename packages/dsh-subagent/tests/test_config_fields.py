@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from dsh_subagent import DEFAULT_DISPOSE_GRACE, ProductConfig
+from dsh_subagent import DEFAULT_DISPOSE_GRACE, DEFAULT_RESPONSE_TIMEOUT, ProductConfig
 from dsh_subprocess import MAX_GRACE_SECONDS
 from pydantic import ValidationError
 
@@ -87,3 +87,16 @@ def test_unknown_keys_are_refused_and_the_config_is_frozen() -> None:
         _Config(colour="blue")  # type: ignore[call-arg]
     with pytest.raises(ValidationError):
         _Config().provider_name = "q"  # type: ignore[misc]
+
+
+def test_the_response_bound_defaults_to_a_generous_finite_number() -> None:
+    assert _Config().response_timeout_seconds == DEFAULT_RESPONSE_TIMEOUT == 120.0
+    assert _Config(response_timeout_seconds=0.5).response_timeout_seconds == 0.5
+
+
+@pytest.mark.parametrize("value", [0, -1, math.inf, math.nan])
+def test_a_response_bound_that_is_not_a_positive_finite_number_is_refused(value: float) -> None:
+    with pytest.raises(ValidationError) as caught:
+        _Config(response_timeout_seconds=value)
+    loc, _ = _only_error(caught)
+    assert loc == ("response_timeout_seconds",)

@@ -21,11 +21,13 @@ from dsh_subagent import (
     CancelController,
     Launch,
     ProductChild,
+    ProductFailureError,
     ProductStartError,
     StartCancelledError,
     SubagentError,
     SubagentErrorCode,
     SubagentService,
+    TextBlock,
 )
 from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver
 from subagent_echo import EchoConfig, EchoProvider, SkippingEcho, assert_gone, request
@@ -171,6 +173,42 @@ async def test_the_product_exiting_mid_run_settles_error_with_its_exit_code(
     )
 
 
+@pytest.mark.parametrize("code", [0, 1])
+async def test_a_failure_the_product_reported_carries_no_exit_facts(
+    service: SubagentService, tmp_path: Path, code: int
+) -> None:
+    # The product said what failed, then exited because the run was over: its exit is not
+    # part of the failure ("error ...; exit code: 0" would read as a contradiction).
+    provider = EchoProvider(EchoConfig())
+    service.register_provider(provider)
+    run = await service.start("echo", request(f"report quota-exceeded {code}", str(tmp_path)))
+    result = await run.result()
+    await run.dispose()
+    assert result.diagnostic == (
+        "Product subagent failure (product: Echo; stage: turn; category: quota-exceeded)"
+    )
+
+
+async def test_a_category_declared_as_the_products_exit_carries_its_exit_facts(
+    service: SubagentService, tmp_path: Path
+) -> None:
+    class EndedEcho(EchoProvider):
+        async def run(self, child: ProductChild) -> str:
+            try:
+                return await super().run(child)
+            except ProductFailureError as exc:
+                raise child.fail("stream-ended", exited=True) from exc
+
+    service.register_provider(EndedEcho(EchoConfig()))
+    run = await service.start("echo", request("report stream-ended 0", str(tmp_path)))
+    result = await run.result()
+    await run.dispose()
+    assert result.diagnostic == (
+        "Product subagent failure (product: Echo; stage: turn; category: stream-ended; "
+        "exit code: 0)"
+    )
+
+
 async def test_the_runs_detail_joins_a_failure_that_names_none(
     service: SubagentService, tmp_path: Path
 ) -> None:
@@ -279,3 +317,95 @@ async def test_the_configured_env_overlay_wins_over_the_launch_env(tmp_path: Pat
         await run.result()
         await run.dispose()
     assert seen == [{"A": "launch", "B": "config"}]
+
+
+# -- the response bound ----------------------------------------------------------------------
+
+
+class _BoundedHello(EchoProvider):
+    """Echo whose hello is a direct response (bounded by the runtime)."""
+
+    async def open(self, child: ProductChild) -> None:
+        self.opening.set()
+        await child.await_response(child.receive_json)
+
+
+class _BoundedAnswer(EchoProvider):
+    """Echo whose answer is a direct response (bounded once the child said hello)."""
+
+    async def run(self, child: ProductChild) -> str:
+        await child.send_json({"task": child.task})
+
+        async def final() -> str:
+            while True:
+                message = await child.receive_json()
+                assert isinstance(message, dict)
+                if message["type"] == "partial":
+                    child.output.append(TextBlock(text=message["text"]))
+                elif message["type"] == "final":
+                    return str(message["text"])
+
+        return await child.await_response(final)
+
+
+async def test_a_product_that_never_answers_its_handshake_fails_the_start(
+    service: SubagentService, tmp_path: Path
+) -> None:
+    # The child reads stdin and never says hello: without the bound, start() waits forever.
+    provider = _BoundedHello(EchoConfig(child_mode="silent-open", response_timeout_seconds=0.3))
+    service.register_provider(provider)
+    with pytest.raises(ProductStartError) as caught:
+        await service.start("echo", request("answer x", str(tmp_path)))
+    assert caught.value.message == (
+        "subagent-echo: Product subagent failure (product: Echo; stage: initialize; "
+        "category: response-timeout)"
+    )
+    assert_gone(provider)
+
+
+async def test_a_request_never_answered_after_publication_settles_with_the_tree_gone(
+    service: SubagentService, tmp_path: Path
+) -> None:
+    # The child sends a partial answer, then waits for EOF: the final one never comes.
+    provider = _BoundedAnswer(EchoConfig(response_timeout_seconds=0.3))
+    service.register_provider(provider)
+    run = await service.start("echo", request("partial half", str(tmp_path)))
+    result = await run.result()
+    assert_gone(provider)  # before dispose: the runtime ended the tree at settlement
+    await run.dispose()
+    assert (result.stop_reason, result.text) == (ERROR, "half")
+    assert result.diagnostic == (
+        "Product subagent failure (product: Echo; stage: turn; category: response-timeout)"
+    )
+
+
+async def test_a_response_within_the_bound_is_not_affected(
+    service: SubagentService, tmp_path: Path
+) -> None:
+    provider = _BoundedAnswer(EchoConfig())
+    service.register_provider(provider)
+    run = await service.start("echo", request("answer in time", str(tmp_path)))
+    result = await run.result()
+    await run.dispose()
+    assert (result.stop_reason, result.text) == (COMPLETED, "in time")
+
+
+async def test_a_task_over_the_products_input_limit_is_refused_before_the_spawn(
+    service: SubagentService, tmp_path: Path
+) -> None:
+    class Limited(EchoProvider):
+        max_task_chars = 12
+
+    provider = Limited(EchoConfig())
+    service.register_provider(provider)
+    with pytest.raises(SubagentError) as caught:
+        await service.start("echo", request("answer thirteen", str(tmp_path)))
+    assert caught.value.code is SubagentErrorCode.INVALID_REQUEST
+    assert caught.value.message == (
+        "subagent-echo: the task is 15 characters; Echo accepts at most 12 (its input limit): "
+        "shorten it or pass the content as a file"
+    )
+    assert provider.spawned == []
+    run = await service.start("echo", request("answer twelv", str(tmp_path)))  # at the limit
+    assert (await run.result()).text == "twelv"
+    await run.dispose()

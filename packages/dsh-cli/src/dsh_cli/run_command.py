@@ -57,7 +57,7 @@ from dsh_cli.isolation import add_worktree_flags, check_isolation, isolate_from_
 from dsh_cli.loader import Composition, load_profile
 from dsh_cli.options import add_budget_flags, budget_from, resolve_target
 from dsh_cli.progress_view import LiveView, PlainView, RunView
-from dsh_cli.runtime import open_runtime, validate_task
+from dsh_cli.runtime import open_runtime, validate_task, validate_utf8
 from dsh_cli.spawnguard import SpawnCounter
 
 __all__ = [
@@ -330,6 +330,19 @@ def _report_failed(failed: _Failed, target: str, err: TextIO) -> int:
     return EXIT_START_FAILED
 
 
+def _read_stdin_text() -> str:
+    """All of stdin as text; an undecodable byte becomes a lone surrogate, never an error.
+
+    The task check then refuses it with one line (exit 2) whatever the locale's stdin
+    error handler is.
+    """
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text-only stream (a test's StringIO)
+        return sys.stdin.read()
+    data: bytes = buffer.read()
+    return data.decode("utf-8", "surrogateescape")
+
+
 def _is_terminal(err: TextIO) -> bool:
     try:
         return err.isatty() and os.environ.get("TERM") != "dumb"
@@ -351,8 +364,9 @@ def cmd_run(
     if args.background and args.resume is not None:
         raise UsageError("--resume applies to foreground runs only")
     resume = _resume_from(args.resume)
-    task = sys.stdin.read() if args.task == "-" else args.task
+    task = _read_stdin_text() if args.task == "-" else args.task
     validate_task(task)
+    validate_utf8("--cwd", args.cwd)
     with SpawnCounter(forbid=True):
         composition = load_profile(args.profile, discovery=discovery)
     provider = resolve_target(composition, args.target, args.instance)

@@ -20,6 +20,7 @@ from dsh_subagent import (
     SubagentService,
     SubagentStartRequest,
     TextBlock,
+    is_utf8_text,
 )
 from dsh_subagent.tool import ModelTool, SubagentTool, SubagentToolConfig
 from dsh_tool_jobs import JobRegistry, NoticeSink
@@ -30,7 +31,7 @@ from pydantic import JsonValue
 from dsh_cli.errors import UsageError
 from dsh_cli.loader import Composition
 
-__all__ = ["Runtime", "delegate", "open_runtime", "tool_schema", "validate_task"]
+__all__ = ["Runtime", "delegate", "open_runtime", "tool_schema", "validate_task", "validate_utf8"]
 
 
 @dataclass(frozen=True)
@@ -99,14 +100,30 @@ async def open_runtime(
 
 
 def validate_task(task: str) -> str:
-    """The task text unchanged, or :class:`UsageError` when it is blank.
+    """The task text unchanged, or :class:`UsageError` when it is blank or not UTF-8.
 
     Raises:
-        UsageError: the task is empty or whitespace only.
+        UsageError: the task is empty or whitespace only, or holds an undecodable byte
+            (a lone surrogate), which no product can read; the text is never repeated.
     """
     if not task.strip():
         raise UsageError("the task is blank: give the subagent a complete, self-contained task")
+    validate_utf8("the task", task)
     return task
+
+
+def validate_utf8(what: str, value: str) -> str:
+    """``value`` unchanged, or :class:`UsageError` naming ``what`` when UTF-8 cannot encode it.
+
+    The service refuses the same text at start (``dsh_subagent.check_request_text``); the
+    command refuses it first, so the message names the argument and the exit is 2.
+    """
+    if not is_utf8_text(value):
+        raise UsageError(
+            f"{what} is not valid UTF-8 text (it holds an undecodable byte); "
+            "a product cannot read it, so nothing was started"
+        )
+    return value
 
 
 async def delegate(

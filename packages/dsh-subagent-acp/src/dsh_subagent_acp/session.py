@@ -123,12 +123,17 @@ class AcpSession:
         The session's updates count only from the prompt on: what ``session/load``
         replays of the earlier turns is not this run's output or progress.
         """
+        # Each response is bounded (response_timeout_seconds): an agent that cannot read a
+        # request may never answer it. session/prompt is not: its response ends the turn.
+        bounded = self._child.await_response
         try:
-            response = await self._request(
-                lambda: self._conn.initialize(
-                    protocol_version=PROTOCOL_VERSION,
-                    client_capabilities=ClientCapabilities(),
-                    client_info=CLIENT_INFO,
+            response = await bounded(
+                lambda: self._request(
+                    lambda: self._conn.initialize(
+                        protocol_version=PROTOCOL_VERSION,
+                        client_capabilities=ClientCapabilities(),
+                        client_info=CLIENT_INFO,
+                    )
                 )
             )
             if response.protocol_version != PROTOCOL_VERSION:
@@ -142,15 +147,17 @@ class AcpSession:
                     raise self._fail(CONTINUATION_UNSUPPORTED_CATEGORY)
                 # An error answer: the agent does not have the session (never kept,
                 # removed, another home).
-                await self._request(
-                    lambda: self._conn.load_session(cwd=cwd, session_id=resume, mcp_servers=[]),
-                    refused=CONTINUATION_UNAVAILABLE_CATEGORY,
+                await bounded(
+                    lambda: self._request(
+                        lambda: self._conn.load_session(cwd=cwd, session_id=resume, mcp_servers=[]),
+                        refused=CONTINUATION_UNAVAILABLE_CATEGORY,
+                    )
                 )
                 self._session_id = resume
             else:
                 self._child.stage = "session-new"
-                session = await self._request(
-                    lambda: self._conn.new_session(cwd=cwd, mcp_servers=[])
+                session = await bounded(
+                    lambda: self._request(lambda: self._conn.new_session(cwd=cwd, mcp_servers=[]))
                 )
                 self._session_id = self.client.session_id = session.session_id
             if loads and self._config.continuation:

@@ -2,8 +2,9 @@
 
 Only allowlisted values reach a diagnostic: the four SDK error subtypes, the provider's
 fixed categories, the stage and a numeric HTTP status (the runtime adds the CLI's exit
-facts). Result text, ``errors[]``, stderr, tool input and exception messages never do;
-the original failure rides on ``__cause__`` and in host logs.
+facts where the exit is part of the failure: ``process-exit``, ``missing-result``).
+Result text, ``errors[]``, stderr, tool input and exception messages never do; the
+original failure rides on ``__cause__`` and in host logs.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from claude_agent_sdk import (
     ClaudeAgentOptions,
     Message,
     PermissionResultDeny,
+    ProcessError,
     ResultError,
     ResultMessage,
     SystemMessage,
@@ -128,7 +129,15 @@ class _Run:
             return child.fail("line-too-long", detail=self.detail())
         if not self.result_seen and child.exit_facts is not None:
             return child.fail("process-exit", stage="process", detail=self.detail())
-        return child.fail("unknown", detail=self.detail())
+        # The SDK's ProcessError is the CLI's failed exit status: that exit is the failure.
+        return child.fail("unknown", detail=self.detail(), exited=isinstance(error, ProcessError))
+
+
+async def _first(messages: AsyncGenerator[Message, None]) -> Message | None:
+    """The stream's first message (``None`` when it is empty); the stream stays open."""
+    async for message in messages:
+        return message
+    return None
 
 
 def _deny_every_prompt(run: _Run) -> CanUseTool:
@@ -276,9 +285,18 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
             ),
         )
         try:
+            # The first message answers the SDK's initialize and the prompt at once (the
+            # CLI's system init): it is bounded by response_timeout_seconds, the rest is
+            # the turn and is not.
+            first = await child.await_response(lambda: _first(messages))
+            if first is not None:
+                run.observe(first)
+                progress.observe(first)
             async for message in messages:
                 run.observe(message)
                 progress.observe(message)
+        except ProductFailureError:
+            raise
         except Exception as exc:
             # One scheduling point so an exit observed together with the error is visible.
             await anyio.lowlevel.checkpoint()
@@ -292,6 +310,7 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
         if run.failure is not None:
             raise ProductFailureError(run.failure, run.detail())
         if run.answer is None:
-            raise child.fail("missing-result", detail=run.detail())
+            # The stream ended without a result: the CLI's exit is the failure.
+            raise child.fail("missing-result", detail=run.detail(), exited=True)
         child.session_id = run.session_id
         return run.answer

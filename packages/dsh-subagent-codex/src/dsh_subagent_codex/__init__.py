@@ -10,12 +10,13 @@ import logging
 
 from dsh_subagent_codex.binary import PINNED_CODEX_VERSION
 from dsh_subagent_codex.config import CodexConfig, PermissionMode
-from dsh_subagent_codex.provider import CodexProvider
+from dsh_subagent_codex.provider import MAX_TASK_CHARS, CodexProvider
 
 # Records reach the host's own handlers only, never Python's last-resort stderr output.
 logging.getLogger("dsh_subagent_codex").addHandler(logging.NullHandler())
 
 __all__ = [
+    "MAX_TASK_CHARS",
     "PINNED_CODEX_VERSION",
     "CodexConfig",
     "CodexProvider",

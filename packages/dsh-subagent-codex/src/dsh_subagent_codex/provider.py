@@ -12,6 +12,10 @@ checks, the spawn, rollback, publication, settlement, teardown to whole-tree exi
   (:class:`~dsh_subagent_codex.turn.TurnDriver`); stages ``turn-start`` and ``turn``.
 * ``interrupt()``: ``turn/interrupt`` of a known turn when a run is stopped early.
 * ``admission()``: the first start per ``CODEX_HOME`` runs alone (first_start.py).
+
+The responses to ``initialize``, ``thread/start`` and ``turn/start`` are each awaited
+under the instance's ``response_timeout_seconds`` (``ProductChild.await_response``): an
+app-server that cannot parse a request logs it and never answers.
 """
 
 from __future__ import annotations
@@ -49,7 +53,13 @@ from dsh_subagent_codex.protocol import (
 )
 from dsh_subagent_codex.turn import PRODUCT, TurnDriver, answer_unexpected
 
-__all__ = ["MAX_FRAME_BYTES", "CodexProvider"]
+__all__ = ["MAX_FRAME_BYTES", "MAX_TASK_CHARS", "CodexProvider"]
+
+MAX_TASK_CHARS: Final = 1 << 20
+"""1,048,576 characters: the app-server's input limit for one ``turn/start``, all text
+inputs together (Unicode code points, not bytes). The pinned app-server rejects a longer
+input (JSON-RPC ``-32602``, ``input_too_large``); the provider refuses such a task before
+anything starts, naming its length and this limit."""
 
 MAX_FRAME_BYTES: Final = 32 << 20
 """32 MiB: the longest app-server line accepted. A ``commandExecution`` item carries the
@@ -100,6 +110,7 @@ class CodexProvider(ProductProvider[CodexConfig]):
     open_stage: ClassVar[str] = "initialize"
     run_stage: ClassVar[str] = "turn-start"
     max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
+    max_task_chars: ClassVar[int | None] = MAX_TASK_CHARS
     # The app-server logs to stderr; a stray stdout line that is not JSON is not a frame.
     malformed_lines: ClassVar[MalformedLinePolicy] = "skip"
 
@@ -121,7 +132,7 @@ class CodexProvider(ProductProvider[CodexConfig]):
         ``continuation``), or ``thread/resume`` of the thread the run continues."""
         rpc = JsonRpcLines(child)
         init_id = await rpc.send_request("initialize", InitializeParams().model_dump(mode="json"))
-        response = await _await_response(rpc, init_id)
+        response = await child.await_response(lambda: _await_response(rpc, init_id))
         if response.error is not None or not isinstance(response.result, dict):
             raise CodexProtocolError("app-server returned invalid initialize response")
         if isinstance(child.admission, FirstStartPass):
@@ -145,7 +156,7 @@ class CodexProvider(ProductProvider[CodexConfig]):
         request_id = await rpc.send_request(
             method, params.model_dump(mode="json", exclude_none=True)
         )
-        response = await _await_response(rpc, request_id)
+        response = await child.await_response(lambda: _await_response(rpc, request_id))
         if response.error is not None:
             if child.resume is not None:
                 # The home has no such thread (cleaned, never kept, another home).

@@ -165,8 +165,14 @@ class TurnDriver:
         self._turn_start_id = await self.rpc.send_request(
             "turn/start", params.model_dump(mode="json")
         )
+        # Until the turn/start response commits the turn, every read is bounded by the
+        # response bound (the frames before it are the turn's first, read in order).
+        answered_by = self.child.response_deadline()
         while self._terminal is None:
-            frame = await self.rpc.next_frame()
+            if self.committed:
+                frame = await self.rpc.next_frame()
+            else:
+                frame = await self.child.await_response(self.rpc.next_frame, deadline=answered_by)
             self._order += 1
             await self._dispatch(self._order, frame)
         # A request that arrived in the same chunk as the terminal still has to be
@@ -216,6 +222,10 @@ class TurnDriver:
 
     async def _on_turn_start_response(self, frame: Frame) -> None:
         if frame.error is not None:
+            if _input_error_code(frame.error) == "input_too_large":
+                # The admission check keeps tasks under the limit; should the app-server's
+                # limit shrink, the run still says what happened.
+                raise self.child.fail("input-too-large")
             raise CodexProtocolError("app-server rejected turn/start")
         try:
             turn_id = TurnStartResult.model_validate(frame.result).turn.id
@@ -392,6 +402,12 @@ class TurnDriver:
                 self._claim_turn(params.turnId)
         answer = answer_request(method, params.availableDecisions)
         return answer.fact, answer.result, turnless
+
+
+def _input_error_code(error: Any) -> object:
+    """``error.data.input_error_code`` of a JSON-RPC error, else ``None`` (never its text)."""
+    data = error.get("data") if isinstance(error, dict) else None
+    return data.get("input_error_code") if isinstance(data, dict) else None
 
 
 async def _answer_error(rpc: JsonRpcLines, request_id: Any, message: str) -> None:

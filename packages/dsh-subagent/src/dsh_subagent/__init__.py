@@ -7,6 +7,7 @@ from dsh_subagent.cancel import CancelController, CancelSignal
 from dsh_subagent.changes import Changes, Isolation, render_changes
 from dsh_subagent.config_fields import (
     DEFAULT_DISPOSE_GRACE,
+    DEFAULT_RESPONSE_TIMEOUT,
     ConfiguredCwd,
     EnvOverlay,
     Grace,
@@ -63,7 +64,7 @@ from dsh_subagent.lines import (
 )
 from dsh_subagent.observe import ObservedRun, RunObservation, RunObserver, add_run_observer
 from dsh_subagent.product import ProductProvider
-from dsh_subagent.product_child import Launch, ProductChild
+from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild
 from dsh_subagent.progress import (
     DEFAULT_PROGRESS_BUFFER,
     AssistantText,
@@ -130,6 +131,7 @@ from dsh_subagent.types import (
     ToolFilter,
     text_of,
 )
+from dsh_subagent.utf8 import check_request_text, is_utf8_text
 from dsh_subagent.workdir import (
     assert_positive_finite,
     assert_usable_cwd,
@@ -153,6 +155,7 @@ __all__ = [
     "DEFAULT_DISPOSE_GRACE",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_PROGRESS_BUFFER",
+    "DEFAULT_RESPONSE_TIMEOUT",
     "DIAGNOSTIC_TRUNCATED_SUFFIX",
     "ERROR",
     "FRAMEWORK_CANCEL_REASON",
@@ -165,6 +168,7 @@ __all__ = [
     "PROVIDER_ADDED",
     "PROVIDER_REMOVED",
     "REFUSAL",
+    "RESPONSE_TIMEOUT",
     "RUN_END",
     "RUN_START",
     "SHUTDOWN_DRAIN_SECONDS",
@@ -248,9 +252,11 @@ __all__ = [
     "assert_positive_finite",
     "assert_usable_cwd",
     "check_max_depth",
+    "check_request_text",
     "delegate",
     "delegate_sync",
     "format_product_failure",
+    "is_utf8_text",
     "limit_diagnostic",
     "mount_subagent_tool",
     "one_shot_task_texts",

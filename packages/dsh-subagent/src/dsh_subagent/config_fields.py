@@ -7,7 +7,14 @@ product fields; the four common fields and their rules live here, once:
 * ``env`` (:data:`EnvOverlay`) — the explicit overlay on the credential-scrubbed parent
   environment, the only way a scrubbed variable reaches the product;
 * ``cwd`` (:data:`ConfiguredCwd`) — an optional working-directory override;
-* ``dispose_grace`` (:data:`Grace`) — seconds between SIGTERM and SIGKILL at teardown.
+* ``dispose_grace`` (:data:`Grace`) — seconds between SIGTERM and SIGKILL at teardown;
+* ``response_timeout_seconds`` — how long a protocol request that expects a direct
+  response (a handshake, a session or turn start) may go unanswered.
+
+Every text value of a configuration, the subclass's own fields included, must be valid
+UTF-8 (a product reads it on a UTF-8 wire; see :mod:`dsh_subagent.utf8`). ``env`` alone
+is exempt: the environment is handed to the OS as bytes, where an undecodable byte of an
+inherited variable (``surrogateescape``) is restored exactly.
 
 pydantic (and so the Loader) names the offending field of a ``ValueError``, so every
 check raises one with a message that says what is wrong with the value.
@@ -26,13 +33,17 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveFloat,
+    ValidationInfo,
+    field_validator,
 )
 
 from dsh_subagent.errors import SubagentError
+from dsh_subagent.utf8 import NOT_UTF8, first_non_utf8
 from dsh_subagent.workdir import validate_configured_cwd
 
 __all__ = [
     "DEFAULT_DISPOSE_GRACE",
+    "DEFAULT_RESPONSE_TIMEOUT",
     "ConfiguredCwd",
     "EnvOverlay",
     "Grace",
@@ -41,6 +52,13 @@ __all__ = [
 
 DEFAULT_DISPOSE_GRACE = 2.0
 """Seconds a product gets between SIGTERM and SIGKILL unless its configuration says."""
+
+DEFAULT_RESPONSE_TIMEOUT = 120.0
+"""Seconds a request that expects a direct response may go unanswered by default.
+
+Generous on purpose: a product answers its handshake and a session or turn start at once
+when it is healthy (a first start on a fresh home included), so the bound only ends a
+product that will never answer (e.g. one that could not parse the request)."""
 
 
 def _check_env(value: dict[str, str | None]) -> dict[str, str | None]:
@@ -103,6 +121,13 @@ class ProductConfig(BaseModel):
             A request's ``budget`` may shorten it, never extend it.
         idle_timeout_seconds: Longest stretch the product may write nothing on its
             stdout; none by default. A request's ``budget`` may shorten it.
+        response_timeout_seconds: Longest wait for the direct response to a protocol
+            request (Codex ``initialize``, ``thread/start``, ``turn/start``; ACP
+            ``initialize``, ``session/new``; Claude Code's first stream message); default
+            :data:`DEFAULT_RESPONSE_TIMEOUT`.
+            Never the turn itself: a long turn is the product working. When it runs out
+            the start fails (or the run settles ``error``) with category
+            ``response-timeout`` and the whole tree is ended.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -113,3 +138,17 @@ class ProductConfig(BaseModel):
     dispose_grace: Grace = DEFAULT_DISPOSE_GRACE
     deadline_seconds: PositiveFloat | None = None
     idle_timeout_seconds: PositiveFloat | None = None
+    response_timeout_seconds: float = Field(
+        default=DEFAULT_RESPONSE_TIMEOUT, gt=0, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _utf8_text(cls, value: Any, info: ValidationInfo) -> Any:
+        # Every field, a subclass's too; env is bytes for the OS (see the module docstring).
+        if info.field_name != "env":
+            where = first_non_utf8(value)
+            if where is not None:
+                at = f" (at {where})" if where else ""
+                raise ValueError(f"{NOT_UTF8}{at}")
+        return value

@@ -122,9 +122,17 @@ class ProductFailureError(Exception):
     Args:
         failure: The allowlisted facts (product, stage, category, HTTP status).
         detail: An optional second safe line, e.g. the provider's permission fact.
+        exited: Whether the product's exit is part of this failure (it ended before a
+            terminal outcome, or its exit status is what failed); only then do the
+            exit facts join a published run's line. ``None`` (the default) means: when
+            the category is ``process-exit``. A failure the product reported itself
+            (an error result, a failed turn) is ``False``.
     """
 
-    def __init__(self, failure: ProductFailure, detail: str | None = None) -> None:
+    def __init__(
+        self, failure: ProductFailure, detail: str | None = None, *, exited: bool | None = None
+    ) -> None:
         super().__init__(f"{failure.stage}: {failure.category or 'unknown'}")
         self.failure = failure
         self.detail = detail
+        self.exited = failure.category == "process-exit" if exited is None else exited

@@ -13,13 +13,22 @@ no product author should write again:
 * startup under a cancel scope tied to the request; on any failure or cancellation a
   shielded rollback to whole-tree exit, then one start error with the fixed safe line;
 * publication, local cancellation, settlement that never raises, the bounded diagnostic
-  with the product's exit facts merged in (``diagnostic:*``);
+  (``diagnostic:*``), with the product's exit facts merged in by the one rule below;
 * ``interrupt()`` at most once when a run is stopped early, then a memoized teardown to
   whole-tree exit (``quiescence:*``);
 * continuation (``continuation:*``), for a provider whose :attr:`offers_continuation` is
   true: the ``continuation`` capability, the refusal of a handle of another instance or
   product (and of a session :meth:`has_session` or ``open()`` says the product lacks)
   with the fixed line, and the handle on the result of every finished turn.
+
+Exit facts (exit code, signal) join a diagnostic only when the product's exit is part of
+the failure: a start failure (whatever exit was observed before the rollback), a
+published failure that is the product's exit (the wire ended, or the provider raised it
+with ``exited=True``: the product ended before a terminal outcome or its exit status
+failed; ``process-exit`` implies it) and a teardown failure. A product that reported its
+failure itself (an error result, a failed turn) and then exited because the run was over
+gets the line without them: "error ...; exit code: 0" would read as a contradiction, and
+the exit adds nothing to what the product said.
 
 A provider supplies only its product: :meth:`~ProductProvider.launch`,
 :meth:`~ProductProvider.open` (the handshake), :meth:`~ProductProvider.run` (the task to a
@@ -54,6 +63,7 @@ from dsh_subagent.errors import (
     ProductStartError,
     ProductTeardownError,
     StartCancelledError,
+    SubagentError,
     SubagentErrorCode,
 )
 from dsh_subagent.lines import (
@@ -62,7 +72,7 @@ from dsh_subagent.lines import (
     MalformedLineError,
     MalformedLinePolicy,
 )
-from dsh_subagent.product_child import Launch, ProductChild
+from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
 from dsh_subagent.publication import publish_run
@@ -141,6 +151,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         max_line_bytes: The longest stdout line accepted (the bounded line reader).
         malformed_lines: ``"skip"`` or ``"fail"`` for a stdout line that is not JSON.
         exit_drain: Seconds stdout is still read after the product exited (1 s).
+        max_task_chars: The product's input limit in characters, or ``None``.
 
     Override the :attr:`eof_grace` property for a product that may exit by itself once
     its stdin is closed.
@@ -154,6 +165,11 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     """Seconds stdout is still read after the product exited while something else (a
     ``setsid`` tool process) holds it open; what the product wrote is in the pipe by then."""
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
+    max_task_chars: ClassVar[int | None] = None
+    """The product's input limit: the most characters (Unicode code points) its task may
+    have, all text blocks together. A longer task is refused before anything starts
+    (``INVALID_REQUEST`` naming the length and the limit, never the text); ``None``: no
+    known limit."""
 
     # -- the hooks a provider implements -----------------------------------------------
 
@@ -277,7 +293,8 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         Raises:
             StartCancelledError: The request was aborted before or during startup;
                 whatever had started was rolled back to whole-tree exit.
-            SubagentError: ``INVALID_REQUEST`` for an empty, non-text or blank task;
+            SubagentError: ``INVALID_REQUEST`` for an empty, non-text or blank task, or
+                one longer than :attr:`max_task_chars`;
                 ``NO_WORKING_DIRECTORY`` when no usable cwd exists. Nothing started.
             ProductStartError: Startup failed; everything started was rolled back. The
                 message is the fixed safe line; the cause stays on ``__cause__``.
@@ -290,6 +307,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             )
         )
         texts = one_shot_task_texts(self.prefix, request.prompt)
+        self._check_task_length(texts)
         cwd = self._resolve_cwd(request)
         resume = self._resume_session(request, cwd)
         try:
@@ -325,6 +343,16 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         ):
             raise ContinuationUnavailableError(CONTINUATION_UNAVAILABLE_MESSAGE)
         return handle.session
+
+    def _check_task_length(self, texts: list[str]) -> None:
+        limit = self.max_task_chars
+        length = sum(len(text) for text in texts)
+        if limit is not None and length > limit:
+            raise SubagentError(
+                SubagentErrorCode.INVALID_REQUEST,
+                f"{self.prefix}: the task is {length:,} characters; {self.product} accepts at "
+                f"most {limit:,} (its input limit): shorten it or pass the content as a file",
+            )
 
     def _cancelled_message(self) -> str:
         return f"{self.prefix}: the request was cancelled before the run was published"
@@ -383,6 +411,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                         progress=ProgressStream(),
                         include_commands=request.progress_commands,
                         resume=resume,
+                        response_timeout=self.config.response_timeout_seconds,
                     )
                     clock.attach(child.lines)
                     await self.open(child)
@@ -452,28 +481,31 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     async def _failure_of(
         self, child: ProductChild | None, error: Exception, *, publishing: bool
     ) -> tuple[ProductFailure, str | None]:
-        """The safe facts of ``error`` with the product's exit facts merged in."""
+        """The safe facts of ``error``; the product's exit facts join when the exit is part
+        of the failure (before publication always, afterwards when the failure is the exit)."""
         stage = child.stage if child is not None else "spawn"
         detail = None
+        exited = True  # the runtime's own categories below are all the product ending
         if isinstance(error, ProductFailureError):
-            failure, detail = error.failure, error.detail
+            failure, detail, exited = error.failure, error.detail, error.exited
         elif isinstance(error, _EXITED):
             # The product's stdout ended (or its stdin broke): the product exited.
             failure = ProductFailure(
                 self.product, "process" if publishing else stage, "process-exit"
             )
         elif isinstance(error, LineTooLongError):
-            failure = ProductFailure(self.product, stage, "line-too-long")
+            failure, exited = ProductFailure(self.product, stage, "line-too-long"), False
         elif isinstance(error, MalformedLineError):
-            failure = ProductFailure(self.product, stage, "malformed-output")
+            failure, exited = ProductFailure(self.product, stage, "malformed-output"), False
         else:
-            failure = ProductFailure(self.product, stage, "unknown")
+            failure, exited = ProductFailure(self.product, stage, "unknown"), False
         if child is not None:
             if detail is None:
                 detail = child.detail  # the run's own fact joins any failure, once
-            facts = await child.exit_facts_after_eof()
-            if facts is not None:
-                failure = failure.with_exit(facts.exit_code, facts.signal)
+            if not publishing or exited:
+                facts = await child.exit_facts_after_eof()
+                if facts is not None:
+                    failure = failure.with_exit(facts.exit_code, facts.signal)
         return failure, detail
 
     # -- the published run --------------------------------------------------------------
@@ -502,6 +534,11 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             except Exception as exc:
                 if state.failure is None:
                     state.failure = await self._failure_of(child, exc, publishing=True)
+                if state.failure[0].category == RESPONSE_TIMEOUT:
+                    # A product that never answered: the whole tree is gone before the
+                    # result is delivered, as when a budget runs out.
+                    with anyio.CancelScope(shield=True):
+                        await self._release(child)
                 raise
             assert outcome is not None
             state.finished = True

@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
 from dsh_subprocess import ExitFacts, ManagedProcess
 
+from dsh_subagent.config_fields import DEFAULT_RESPONSE_TIMEOUT
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
 from dsh_subagent.errors import ProductFailureError
 from dsh_subagent.lines import LineReader, MalformedLinePolicy
 from dsh_subagent.progress import ProgressEvent, ProgressStream
 from dsh_subagent.types import ContentBlock
 
-__all__ = ["Launch", "ProductChild"]
+__all__ = ["RESPONSE_TIMEOUT", "Launch", "ProductChild"]
+
+T = TypeVar("T")
+
+RESPONSE_TIMEOUT: Final = "response-timeout"
+"""The category of a request whose direct response did not come within the bound."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,8 @@ class ProductChild:
         admission: What the provider's ``admission()`` context yielded, else ``None``.
         progress: The run's progress stream (use :meth:`report`).
         include_commands: Whether the host asked for command text in progress events.
+        response_timeout: Seconds :meth:`await_response` waits (the instance's
+            ``response_timeout_seconds``).
         state: The provider's own per-run state, ``None`` until the provider sets it
             (e.g. the session ``open()`` created, read again by ``run()`` and
             ``interrupt()``). The runtime never reads it.
@@ -90,6 +98,7 @@ class ProductChild:
         progress: ProgressStream | None = None,
         include_commands: bool = False,
         resume: str | None = None,
+        response_timeout: float = DEFAULT_RESPONSE_TIMEOUT,
     ) -> None:
         self._product = product
         self.process = process
@@ -106,6 +115,7 @@ class ProductChild:
         self._grace = grace
         self.progress = progress if progress is not None else ProgressStream()
         self.include_commands = include_commands
+        self.response_timeout = response_timeout
         self.lines = LineReader(
             process.stdout_until_exit(exit_drain) if process.stdout is not None else _NoStdout(),
             max_line_bytes=max_line_bytes,
@@ -157,6 +167,34 @@ class ProductChild:
             with contextlib.suppress(Exception):  # a broken pipe is already closed
                 await stdin.aclose()
 
+    def response_deadline(self) -> float:
+        """The deadline of a request sent now (for a response read in several steps)."""
+        return anyio.current_time() + self.response_timeout
+
+    async def await_response(
+        self, receive: Callable[[], Awaitable[T]], *, deadline: float | None = None
+    ) -> T:
+        """Await the direct response to a request, bounded by :attr:`response_timeout`.
+
+        Use it for every request whose response the protocol sends at once (a
+        handshake, a session or turn start), never for the turn itself. A product that
+        cannot parse a request may never answer it; the bound turns that into a failure
+        the runtime settles, ending the whole tree.
+
+        Args:
+            receive: Reads until the response (answering other frames meanwhile).
+            deadline: An absolute deadline (:meth:`response_deadline`) when one request's
+                response is awaited across several calls; default: the bound from now.
+
+        Raises:
+            ProductFailureError: Category ``response-timeout`` when the bound ran out.
+        """
+        when = self.response_deadline() if deadline is None else deadline
+        with anyio.move_on_after(when - anyio.current_time()):
+            return await receive()
+        # Only the bound's own cancellation leaves the block without a value.
+        raise self.fail(RESPONSE_TIMEOUT)
+
     def fail(
         self,
         category: str,
@@ -164,6 +202,7 @@ class ProductChild:
         stage: str | None = None,
         http_status: int | None = None,
         detail: str | None = None,
+        exited: bool | None = None,
     ) -> ProductFailureError:
         """A :class:`~dsh_subagent.ProductFailureError` for this product, to ``raise``.
 
@@ -173,11 +212,13 @@ class ProductChild:
             stage: The stage; defaults to :attr:`stage`.
             http_status: The HTTP status the product reported, if any.
             detail: A second safe line for the diagnostic (e.g. a permission fact).
+            exited: Whether the product's exit is part of the failure (see
+                :class:`~dsh_subagent.ProductFailureError`); default: for ``process-exit``.
         """
         failure = ProductFailure(
             self._product, stage or self.stage, category, http_status=http_status
         )
-        return ProductFailureError(failure, detail)
+        return ProductFailureError(failure, detail, exited=exited)
 
     def failure_line(self, failure: ProductFailure, detail: str | None = None) -> str:
         """The fixed safe line of ``failure`` with the exit facts observed so far merged in."""

@@ -9,9 +9,11 @@ and emits no event:
    output_schema → max_depth (flag ``depth_limit``) → tool_filter → persona → resume
    (flag ``continuation``); the first unsupported field → ``UNSUPPORTED_CAPABILITY``;
    never accepted-then-ignored;
-3. the ``max_depth`` value, then the output schema's root → ``INVALID_REQUEST``; a
-   continuation handle issued by another provider instance → ``CONTINUATION_UNAVAILABLE``
-   (the fixed line);
+3. every string of the request (the prompt, persona, the parent's cwd, ...) must be
+   valid UTF-8, the ``max_depth`` value, then the output schema's root →
+   ``INVALID_REQUEST`` (the UTF-8 refusal names the field and never repeats the text:
+   :mod:`dsh_subagent.utf8`); a continuation handle issued by another provider instance
+   → ``CONTINUATION_UNAVAILABLE`` (the fixed line);
 4. descriptor snapshot and a *new* resolved request carrying the service task group;
 5. ``provider.start`` (its failure propagates unchanged).
 
@@ -54,6 +56,7 @@ from dsh_subagent.types import (
     SubagentRun,
     SubagentStartRequest,
 )
+from dsh_subagent.utf8 import check_request_text
 
 __all__ = [
     "MAX_SAFE_INTEGER",
@@ -400,6 +403,7 @@ class SubagentService:
                 f'subagent provider "{provider.name}" does not honour run budgets '
                 '(request field "budget")',
             )
+        check_request_text(request)
         if request.max_depth is not None:
             check_max_depth(request.max_depth)
         if request.output_schema is not None:

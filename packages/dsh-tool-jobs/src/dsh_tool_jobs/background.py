@@ -11,8 +11,8 @@ owned by the Job, not the tool call's signal, because the tool call ends as soon
 id is returned. ``job_kill``, owner disposal and registry exit cancel it; before
 publication that rolls the product start back, afterwards the run settles ``aborted``.
 
-Settlement (reference-core §2.7) always awaits ``run.result()`` *and* ``run.dispose()``
-before reporting, so a settled Job means no product process is left.
+Settlement (``quiescence:after-cancel-any-phase``) always awaits ``run.result()`` *and*
+``run.dispose()`` before reporting, so a settled Job means no product process is left.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class _JobTool:
 
     @property
     def description(self) -> str:
-        """Model-visible description (reference-core §4.6)."""
+        """Model-visible description (docs/api/dsh-tool-jobs.md, "Tool schemas")."""
         return self._description
 
     @property
