@@ -352,3 +352,22 @@ async def test_parallel_runs_on_one_repository_never_collide(repo: Path) -> None
     assert len(branches) == count
     assert _worktrees(repo) == [str(repo)]
     assert git_out(repo, "status", "--porcelain") == ""
+
+
+async def test_repository_hooks_cannot_refuse_the_commit_that_keeps_the_work(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Deliberate: dsh-worktree's own git commands run with hooks off, so a failing
+    # pre-commit hook cannot lose a run's work and no hook runs on the user's behalf.
+    hooks = repo / ".git" / "hooks"
+    marker = tmp_path / "hook-ran"
+    for name in ("pre-commit", "post-checkout", "commit-msg"):
+        hook = hooks / name
+        hook.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n", encoding="utf-8")
+        hook.chmod(0o755)
+
+    result = await _delegate(EditingProvider(_edit_all), repo)
+
+    assert result.changes is not None
+    assert result.changes.commit is not None
+    assert not _exists(marker)
