@@ -383,4 +383,6 @@ def test_a_resumed_session_reports_the_querys_own_tokens_and_no_cost() -> None:
     assert usage_of(message, resumed=True) == Usage(
         input_tokens=140, cached_input_tokens=None, output_tokens=5, cost_usd=None
     )
-    assert usage_of(message).input_tokens == 240  # a fresh session's totals are the run's
+    fresh = usage_of(message)
+    assert fresh is not None
+    assert fresh.input_tokens == 240  # a fresh session's totals are the run's
