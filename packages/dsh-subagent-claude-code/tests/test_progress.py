@@ -370,3 +370,19 @@ def test_a_malformed_message_is_logged_never_raised(caplog: pytest.LogCaptureFix
     caplog.set_level("DEBUG", logger="dsh_subagent_claude_code")
     assert _map(broken, _assistant(TextBlock(text="after"))) == [AssistantText(text="after")]
     assert "was not mapped" in caplog.text
+
+
+def test_a_resumed_session_reports_the_querys_own_tokens_and_no_cost() -> None:
+    # Observed with the pinned CLI on --resume: modelUsage and total_cost_usd are the
+    # session's running totals, while usage is the query's own.
+    message = _final(
+        total_cost_usd=0.0012,
+        usage={"input_tokens": 140, "output_tokens": 5},
+        model_usage={"m": {"inputTokens": 240, "outputTokens": 12, "costUSD": 0.0012}},
+    )
+    assert usage_of(message, resumed=True) == Usage(
+        input_tokens=140, cached_input_tokens=None, output_tokens=5, cost_usd=None
+    )
+    fresh = usage_of(message)
+    assert fresh is not None
+    assert fresh.input_tokens == 240  # a fresh session's totals are the run's

@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 from dsh_contract_tests.fixtures.responses import (
+    Hold,
     PlainAnswer,
     ResponsesFixture,
     ResponseUsage,
@@ -20,8 +21,12 @@ from dsh_contract_tests.fixtures.responses import (
     write_codex_config,
 )
 from dsh_subagent import (
+    ABORTED,
     COMPLETED,
     CONTINUATION_UNAVAILABLE_MESSAGE,
+    ERROR,
+    Budget,
+    CancelController,
     ContinuationHandle,
     ContinuationUnavailableError,
     SubagentResult,
@@ -150,3 +155,56 @@ def test_continuation_needs_a_configured_absolute_codex_home() -> None:
         assert "CODEX_HOME" in str(caught.value)
     assert CodexConfig(env={"CODEX_HOME": "/abs/home"}, continuation=True).continuation
     assert CodexProvider(CodexConfig()).capabilities.continuation is False
+
+
+async def test_a_follow_up_is_cancelled_or_bounded_like_any_run_and_leaves_no_process(
+    tmp_path: Path,
+) -> None:
+    """Cancellation and budgets hold on a continued run: it settles aborted or with the
+    deadline's line, and its whole tree is gone; the session can be continued again."""
+    with ResponsesFixture(
+        [
+            PlainAnswer("one", phase="final_answer"),
+            Hold(),
+            Hold(),
+            PlainAnswer("three", phase="final_answer"),
+        ]
+    ) as fixture:
+        env, workspace = _setup(tmp_path, fixture)
+        provider = CodexProvider(CodexConfig(env=env, continuation=True, dispose_grace=2.0))
+        async with SubagentService() as service:
+            service.register_provider(provider)
+            first = await _delegate(service, "say one", workspace)
+            assert first.continuation is not None
+            controller = CancelController()
+
+            async def cancel_when_held() -> None:
+                while not fixture.holding:  # noqa: ASYNC110 - the fixture serves from a thread
+                    await anyio.sleep(0.02)
+                controller.cancel("enough")
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(cancel_when_held)
+                cancelled = await _delegate(
+                    service,
+                    "hold",
+                    workspace,
+                    resume=first.continuation,
+                    cancel=controller.signal,
+                )
+            assert cancelled.stop_reason == ABORTED
+            assert cancelled.continuation is None  # an unfinished turn offers none
+            assert host_descendants() == []
+            bounded = await _delegate(
+                service,
+                "hold",
+                workspace,
+                resume=first.continuation,
+                budget=Budget(deadline_seconds=3),
+            )
+            assert bounded.stop_reason == ERROR
+            assert bounded.diagnostic is not None
+            assert "deadline-exceeded" in bounded.diagnostic
+            assert host_descendants() == []
+            third = await _delegate(service, "say three", workspace, resume=first.continuation)
+        assert (third.stop_reason, third.text) == (COMPLETED, "three")
