@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 
 from dsh_example_provider import ExampleConfig, ExampleProvider
@@ -164,6 +165,22 @@ class ResultRaises(ExampleProvider):
         return _RaisingRun(await super().start(request))
 
 
+class LeavesStraySleeper(ExampleProvider):
+    """Starts a detached sleeper of its own (``setsid --fork``) besides each run's child,
+    and never ends it: the sleeper is not the child and carries none of its overlay."""
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        subprocess.run(
+            ["setsid", "--fork", "sleep", "3600"],
+            env={"PATH": os.environ.get("PATH", "")},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
+        return await super().start(request)
+
+
 BROKEN: dict[str, type[ExampleProvider]] = {
     "DropsOverlay": DropsOverlay,
     "HoldsSilently": HoldsSilently,
@@ -171,6 +188,7 @@ BROKEN: dict[str, type[ExampleProvider]] = {
     "IgnoresPreStartAbort": IgnoresPreStartAbort,
     "LeaksRawError": LeaksRawError,
     "LeavesGrandchild": LeavesGrandchild,
+    "LeavesStraySleeper": LeavesStraySleeper,
     "ResultRaises": ResultRaises,
     "UnboundedDiagnostic": UnboundedDiagnostic,
 }

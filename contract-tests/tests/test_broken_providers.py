@@ -102,6 +102,15 @@ CASES = {
         "Observed: 1 process of the run's tree is still alive when dispose() returned: ",
         consequences=2,
     ),
+    "stray detached sleeper": Case(
+        # The env rule reads the run's own child, not the provider's stray process.
+        "LeavesStraySleeper",
+        "test_explicit_overlay_reaches_child or test_dispose_leaves_no_process",
+        "test_dispose_leaves_no_process",
+        "quiescence:after-dispose",
+        "Observed: 1 process of the run's tree is still alive when dispose() returned: ",
+        consequences=1,
+    ),
     "result() raises": Case(
         "ResultRaises",
         "test_failure_diagnostic_is_the_fixed_line or test_failing_child_settles_as_a_result"
@@ -157,7 +166,9 @@ CASES = {
         "test_cancel_mid_run",
         "test_cancel_mid_run",
         "",
-        "[XPASS(strict)] we believe cancellation does not work yet",
+        "[XPASS(strict)] settlement:cancel-mid-run: the provider now meets this rule, so its "
+        "opt-out must be removed (delete the override of test_cancel_mid_run and its xfail); "
+        "the opt-out's reason was: we believe cancellation does not work yet",
         body=_SATISFIED_OPT_OUT,
         extra=("-m", "keyless"),
     ),

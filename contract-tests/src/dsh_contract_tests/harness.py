@@ -72,6 +72,10 @@ _EXEC_AGE = 0.1
 """Seconds after creation before a process's environment is read: by then it has exec'd
 (between fork and exec a child still carries its parent's environment)."""
 
+_OVERLAY_SETTLE = 1.0
+"""Seconds every root process of a run must lack the kit's overlay before the kit says the
+overlay never reached the child (a stray process may appear before the child does)."""
+
 Probe = Callable[[str], Awaitable[bool]]
 """Runs the kit test of a requirement id once for this test class: ``True`` if it fails."""
 
@@ -300,25 +304,36 @@ class ContractHarness:
         )
 
     async def _overlay_missing(self) -> str:
-        """Return once a root process of the run lacks the kit's overlay variables."""
-        checked: set[tuple[int, float]] = set()
+        """Return once the run's root processes lack the kit's overlay variables.
+
+        Only when none of them carries it, for :data:`_OVERLAY_SETTLE` seconds: a stray
+        process the provider starts besides its child (a detached helper) lacks the
+        overlay too, and is not the run's child. Once a root carries the overlay, the
+        child got it and this never returns.
+        """
+        lacking: dict[tuple[int, float], str] = {}
+        since: float | None = None
         while True:
             for proc in self.watch.product_roots():
                 try:
                     key = (proc.pid, proc.create_time())
-                    if key in checked or time.time() - key[1] < _EXEC_AGE:
+                    if key in lacking or time.time() - key[1] < _EXEC_AGE:
                         continue
                     environ = proc.environ()
                     argv = _one_line(" ".join(proc.cmdline()[:4]))
                 except psutil.Error:
                     continue
-                checked.add(key)
                 missing = [name for name in _KIT_OVERLAY if name not in environ]
-                if missing:
-                    return (
-                        f"the run's child process {proc.pid} ({argv}) has no "
-                        f"{', '.join(missing)} in its environment"
-                    )
+                if not missing:
+                    await anyio.sleep_forever()  # the child got the overlay
+                lacking[key] = (
+                    f"the run's child process {proc.pid} ({argv}) has no "
+                    f"{', '.join(missing)} in its environment"
+                )
+            if lacking and since is None:
+                since = time.monotonic()
+            if since is not None and time.monotonic() - since >= _OVERLAY_SETTLE:
+                return "; ".join(lacking.values())
             await anyio.sleep(0.05)
 
     def seen_processes(self) -> str:

@@ -9,9 +9,17 @@ subclasses in their own test module. Users who disable plugin autoload load it w
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import pytest
 
-__all__ = ["MARKERS", "REQUIREMENT_MARKER", "pytest_addoption", "pytest_configure"]
+__all__ = [
+    "MARKERS",
+    "REQUIREMENT_MARKER",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_runtest_makereport",
+]
 
 REQUIREMENT_MARKER = "dsh_requirement"
 """Marker naming the manifest requirement id a kit test proves."""
@@ -54,3 +62,25 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, description in MARKERS.items():
         if name not in known:
             config.addinivalue_line("markers", f"{name}: {description}")
+
+
+_XPASS_STRICT = "[XPASS(strict)]"
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Name the rule and what to do when an opted-out kit test passes (a strict XPASS)."""
+    report = yield
+    longrepr = report.longrepr
+    if report.failed and isinstance(longrepr, str) and longrepr.startswith(_XPASS_STRICT):
+        marker = item.get_closest_marker(REQUIREMENT_MARKER)
+        if marker is not None and marker.args:
+            reason = longrepr[len(_XPASS_STRICT) :].strip()
+            report.longrepr = (
+                f"{_XPASS_STRICT} {marker.args[0]}: the provider now meets this rule, so its "
+                f"opt-out must be removed (delete the override of {item.name.split('[')[0]} "
+                f"and its xfail); the opt-out's reason was: {reason}"
+            )
+    return report
