@@ -31,6 +31,7 @@ PROVIDERS = {{**BROKEN, "Healthy": ExampleProvider}}
 class TestBroken(ProviderContract):
     secret_examples = 2
     hold_timeout = {hold_timeout}
+    settle_timeout = {settle_timeout}
 
     @pytest.fixture
     def provider_factory(self):
@@ -52,6 +53,7 @@ class Case:
     consequences: int = 0
     body: str = ""
     hold_timeout: float = 60.0
+    settle_timeout: float = 60.0
     extra: tuple[str, ...] = ()
 
 
@@ -153,6 +155,26 @@ CASES = {
         "Observed: waited 1 s for the hold run to reach its hold point: the ready file ",
         hold_timeout=1.0,
     ),
+    "dispose hangs, shielded from cancellation": Case(
+        "DisposeHangsShielded",
+        "test_every_call_returns_in_time or test_dispose_leaves_no_process",
+        "test_every_call_returns_in_time",
+        "lifecycle:calls-return",
+        "Observed: dispose() did not return within 15 s, nor in the 2.5 s after the kit cancelled "
+        "it: it does not yield to cancellation (a shielded wait); still alive: ",
+        consequences=1,
+        settle_timeout=15.0,
+    ),
+    "dispose hangs until cancelled": Case(
+        "DisposeHangs",
+        "test_every_call_returns_in_time or test_dispose_leaves_no_process",
+        "test_every_call_returns_in_time",
+        "lifecycle:calls-return",
+        "Observed: dispose() did not return within 15 s; the kit cancelled it and moved on; "
+        "still alive: ",
+        consequences=1,
+        settle_timeout=15.0,
+    ),
     "test removed": Case(
         "Healthy",
         "test_no_silent_opt_out",
@@ -191,7 +213,12 @@ def _name(nodeid: str) -> str:
 
 def _run(pytester: pytest.Pytester, case: Case, select: str) -> pytest.HookRecorder:
     pytester.syspathinsert(Path(__file__).parent)
-    module = _MODULE.format(name=case.provider, body=case.body, hold_timeout=case.hold_timeout)
+    module = _MODULE.format(
+        name=case.provider,
+        body=case.body,
+        hold_timeout=case.hold_timeout,
+        settle_timeout=case.settle_timeout,
+    )
     pytester.makepyfile(test_broken=module)
     # The trio runs of the same tests would only double the time: one backend suffices.
     return pytester.inline_run(
