@@ -11,8 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
+from pathlib import Path
 
+import anyio
 from dsh_example_provider import ExampleConfig, ExampleProvider
 from dsh_subagent import (
     CancelController,
@@ -164,13 +167,78 @@ class ResultRaises(ExampleProvider):
         return _RaisingRun(await super().start(request))
 
 
+class LeavesStraySleeper(ExampleProvider):
+    """Starts a detached sleeper of its own (``setsid --fork``) besides each run's child,
+    and never ends it: the sleeper is not the child and carries none of its overlay."""
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        subprocess.run(  # noqa: ASYNC221 - a broken provider, on purpose
+            ["setsid", "--fork", "sleep", "3600"],
+            env={"PATH": os.environ.get("PATH", "")},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
+        return await super().start(request)
+
+
+HANG_MARKER = "DSH_BROKEN_HANG_MARKER"
+"""Parent variable naming a file a hanging dispose creates once it hangs (for SIGINT)."""
+
+
+class _HangingDispose:
+    """A published run whose ``dispose()`` never returns; ``shielded``: not even when
+    cancelled. The run's child stays alive meanwhile."""
+
+    def __init__(self, run: SubagentRun, shielded: bool) -> None:
+        self._run = run
+        self._shielded = shielded
+
+    @property
+    def id(self) -> str:
+        return self._run.id
+
+    @property
+    def local_agent(self) -> object | None:
+        return None
+
+    async def result(self) -> SubagentResult:
+        return await self._run.result()
+
+    async def dispose(self) -> None:
+        if marker := os.environ.get(HANG_MARKER):
+            Path(marker).touch()  # noqa: ASYNC240 - an instant signal to the test
+        if self._shielded:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep_forever()
+        await anyio.sleep_forever()
+
+
+class DisposeHangsShielded(ExampleProvider):
+    """Its runs' ``dispose()`` hangs inside a scope shielded from cancellation."""
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        return _HangingDispose(await super().start(request), shielded=True)
+
+
+class DisposeHangs(ExampleProvider):
+    """Its runs' ``dispose()`` hangs until cancelled."""
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        return _HangingDispose(await super().start(request), shielded=False)
+
+
 BROKEN: dict[str, type[ExampleProvider]] = {
+    "DisposeHangs": DisposeHangs,
+    "DisposeHangsShielded": DisposeHangsShielded,
     "DropsOverlay": DropsOverlay,
     "HoldsSilently": HoldsSilently,
     "IgnoresPersona": IgnoresPersona,
     "IgnoresPreStartAbort": IgnoresPreStartAbort,
     "LeaksRawError": LeaksRawError,
     "LeavesGrandchild": LeavesGrandchild,
+    "LeavesStraySleeper": LeavesStraySleeper,
     "ResultRaises": ResultRaises,
     "UnboundedDiagnostic": UnboundedDiagnostic,
 }

@@ -31,6 +31,7 @@ PROVIDERS = {{**BROKEN, "Healthy": ExampleProvider}}
 class TestBroken(ProviderContract):
     secret_examples = 2
     hold_timeout = {hold_timeout}
+    settle_timeout = {settle_timeout}
 
     @pytest.fixture
     def provider_factory(self):
@@ -52,6 +53,7 @@ class Case:
     consequences: int = 0
     body: str = ""
     hold_timeout: float = 60.0
+    settle_timeout: float = 60.0
     extra: tuple[str, ...] = ()
 
 
@@ -102,6 +104,15 @@ CASES = {
         "Observed: 1 process of the run's tree is still alive when dispose() returned: ",
         consequences=2,
     ),
+    "stray detached sleeper": Case(
+        # The env rule reads the run's own child, not the provider's stray process.
+        "LeavesStraySleeper",
+        "test_explicit_overlay_reaches_child or test_dispose_leaves_no_process",
+        "test_dispose_leaves_no_process",
+        "quiescence:after-dispose",
+        "Observed: 1 process of the run's tree is still alive when dispose() returned: ",
+        consequences=1,
+    ),
     "result() raises": Case(
         "ResultRaises",
         "test_failure_diagnostic_is_the_fixed_line or test_failing_child_settles_as_a_result"
@@ -144,6 +155,26 @@ CASES = {
         "Observed: waited 1 s for the hold run to reach its hold point: the ready file ",
         hold_timeout=1.0,
     ),
+    "dispose hangs, shielded from cancellation": Case(
+        "DisposeHangsShielded",
+        "test_every_call_returns_in_time or test_dispose_leaves_no_process",
+        "test_every_call_returns_in_time",
+        "lifecycle:calls-return",
+        "Observed: dispose() did not return within 15 s, nor in the 2.5 s after the kit cancelled "
+        "it: it does not yield to cancellation (a shielded wait); still alive: ",
+        consequences=1,
+        settle_timeout=15.0,
+    ),
+    "dispose hangs until cancelled": Case(
+        "DisposeHangs",
+        "test_every_call_returns_in_time or test_dispose_leaves_no_process",
+        "test_every_call_returns_in_time",
+        "lifecycle:calls-return",
+        "Observed: dispose() did not return within 15 s; the kit cancelled it and moved on; "
+        "still alive: ",
+        consequences=1,
+        settle_timeout=15.0,
+    ),
     "test removed": Case(
         "Healthy",
         "test_no_silent_opt_out",
@@ -157,7 +188,9 @@ CASES = {
         "test_cancel_mid_run",
         "test_cancel_mid_run",
         "",
-        "[XPASS(strict)] we believe cancellation does not work yet",
+        "[XPASS(strict)] settlement:cancel-mid-run: the provider now meets this rule, so its "
+        "opt-out must be removed (delete the override of test_cancel_mid_run and its xfail); "
+        "the opt-out's reason was: we believe cancellation does not work yet",
         body=_SATISFIED_OPT_OUT,
         extra=("-m", "keyless"),
     ),
@@ -180,7 +213,12 @@ def _name(nodeid: str) -> str:
 
 def _run(pytester: pytest.Pytester, case: Case, select: str) -> pytest.HookRecorder:
     pytester.syspathinsert(Path(__file__).parent)
-    module = _MODULE.format(name=case.provider, body=case.body, hold_timeout=case.hold_timeout)
+    module = _MODULE.format(
+        name=case.provider,
+        body=case.body,
+        hold_timeout=case.hold_timeout,
+        settle_timeout=case.settle_timeout,
+    )
     pytester.makepyfile(test_broken=module)
     # The trio runs of the same tests would only double the time: one backend suffices.
     return pytester.inline_run(

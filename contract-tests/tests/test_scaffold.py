@@ -100,6 +100,15 @@ def test_the_generated_code_is_typed_strictly(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_the_readme_makes_wheels_an_absolute_path(tmp_path: Path) -> None:
+    # Step 3 runs in the provider's directory: a WHEELS relative to step 1's would break it.
+    block = readme_commands(KIT_README.read_text(encoding="utf-8"), "wheels-dir")
+    shown = run_bash(block + 'echo "$WHEELS"\n', cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert Path(shown.stdout.strip()).is_absolute(), shown.stdout
+    assert Path(shown.stdout.strip()).parent == tmp_path
+
+
 def test_the_unmodified_scaffold_passes_the_kit_from_wheels_in_a_fresh_venv(
     tmp_path: Path, kit_wheels: Path
 ) -> None:
@@ -118,7 +127,7 @@ def test_the_unmodified_scaffold_passes_the_kit_from_wheels_in_a_fresh_venv(
     # opt-in continuation rules skip (the unmodified scaffold declares no continuation).
     match = re.fullmatch(r"(\d+) passed, 2 skipped in [\d.]+s( \(.*\))?", summary)
     assert match is not None, summary
-    assert int(match.group(1)) == 32, summary
+    assert int(match.group(1)) == 33, summary
     from_wheels = {"dsh-subprocess", "dsh-subagent", "dsh-contract-tests", "acme-agent"}
     assert install_problems(root / ".venv" / "bin" / "python", from_wheels) == []
     assert (

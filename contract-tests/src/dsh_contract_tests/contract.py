@@ -107,6 +107,8 @@ class ProviderContract:
                 wait_until_holding=self.wait_until_holding,
                 describe_hold=self.describe_hold,
                 probe=lambda rule_id: _probe(self, rule_id, harness, tmp_path),
+                known_broken=lambda rule_id: _VERDICTS.get(type(self), {}).get(rule_id, False),
+                own_failure=lambda rule_id: _broken(type(self), rule_id),
             )
             built.root.mkdir()
             return built
@@ -185,6 +187,7 @@ class ProviderContract:
     # -- lifecycle ---------------------------------------------------------------------
 
     test_lifecycle_events_are_paired = rules.lifecycle.test_lifecycle_events_are_paired
+    test_every_call_returns_in_time = rules.lifecycle.test_every_call_returns_in_time
 
     # -- concurrency -------------------------------------------------------------------
 
@@ -230,6 +233,11 @@ class CredentialedProviderContract:
 
 _VERDICTS: weakref.WeakKeyDictionary[type, dict[str, bool]] = weakref.WeakKeyDictionary()
 _IN_PROBE: contextvars.ContextVar[bool] = contextvars.ContextVar("dsh_in_probe", default=False)
+
+
+def _broken(cls: type, rule_id: str) -> None:
+    """Remember that the own test of ``rule_id`` failed for ``cls`` (no probe needed)."""
+    _VERDICTS.setdefault(cls, {})[rule_id] = True
 
 
 def _kit_rule(rule_id: str) -> Callable[..., Any] | None:

@@ -26,20 +26,28 @@ import functools
 import inspect
 import traceback
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
-from _pytest.outcomes import Failed, OutcomeException, XFailed
+import anyio
+from _pytest.outcomes import Failed, OutcomeException, Skipped, XFailed
+
+from dsh_contract_tests import ledger
+from dsh_contract_tests.watchdog import Hang, in_worker, run_isolated, run_isolated_sync
 
 if TYPE_CHECKING:
     from dsh_contract_tests.manifest import Requirement
 
 __all__ = [
+    "CALLS_RETURN",
+    "Consequence",
     "ContractViolation",
+    "KitSkipped",
     "KitTimeout",
     "RuleEntries",
     "SilentOptOut",
     "bind_rule",
     "current_rule",
+    "kit_skip",
     "render_error",
     "rule_entered",
     "verdict",
@@ -88,6 +96,35 @@ class SilentOptOut(Failed):
 
 ContractViolation.__module__ = "dsh_contract_tests"
 SilentOptOut.__module__ = "dsh_contract_tests"
+
+
+class KitSkipped(Skipped):
+    """A skip the kit itself decided (a declared capability, a missing key): the rule ran."""
+
+
+class Consequence(XFailed):
+    """This test met a breakage another rule owns, and that rule's own test fails."""
+
+
+def kit_skip(reason: str) -> NoReturn:
+    """Skip the running kit test for a reason of the kit's own (shown with the skip)."""
+    raise KitSkipped(reason)
+
+
+def _outcome(exc: BaseException) -> ledger.Outcome:
+    if isinstance(exc, Consequence):
+        return "consequence"
+    if isinstance(exc, XFailed):
+        return "foreign-xfail"
+    if isinstance(exc, KitSkipped):
+        return "kit-skip"
+    if isinstance(exc, Skipped):
+        return "foreign-skip"
+    if isinstance(exc, KeyboardInterrupt | SystemExit) or (
+        isinstance(exc, OutcomeException) and not isinstance(exc, Failed)
+    ):
+        return "interrupted"
+    return "failed"
 
 
 class KitTimeout(Exception):
@@ -169,32 +206,87 @@ def verdict(requirement: Requirement, exc: BaseException) -> BaseException:
     return ContractViolation(requirement, render_error(first) + more, _trace(first))
 
 
+CALLS_RETURN: Final = "lifecycle:calls-return"
+"""The rule a provider call that never returns breaks (what the watchdog reports)."""
+
+
+def _harness(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The test's harness among a kit test's arguments (``None`` if it takes none)."""
+    for value in (kwargs.get("contract"), *args):
+        if value is not None and hasattr(value, "hung"):
+            return value
+    return None
+
+
+async def _hung(hang: Hang, args: tuple[Any, ...], kwargs: dict[str, Any]) -> NoReturn:
+    """End the test for ``hang`` under :data:`CALLS_RETURN` (or as its consequence)."""
+    harness = _harness(args, kwargs)
+    if harness is not None:
+        await harness.hung(hang)
+    from dsh_contract_tests.manifest import REQUIREMENTS
+
+    raise ContractViolation(REQUIREMENTS[CALLS_RETURN], str(hang))
+
+
 def bind_rule(requirement: Requirement, func: _F) -> _F:
-    """Wrap a kit test so that however it ends early, the failure names ``requirement``."""
+    """Wrap a kit test so that however it ends early, the failure names ``requirement``.
+
+    The outermost rule of a test runs in a thread of its own under the watchdog
+    (:mod:`dsh_contract_tests.watchdog`): a provider call that never returns, even one
+    shielded from cancellation, ends the test under :data:`CALLS_RETURN`. It also tells
+    the run's ledger what it did (a rule run inside another, as a probe, does not).
+    """
     if inspect.iscoroutinefunction(func):
 
         @functools.wraps(func)
         async def rule_async(*args: Any, **kwargs: Any) -> Any:
             rule_entered(requirement)
+            outermost = _CURRENT.get() is None
             token = _CURRENT.set(requirement)
             try:
-                return await func(*args, **kwargs)
+                if in_worker():
+                    result = await func(*args, **kwargs)
+                else:
+                    try:
+                        result = await run_isolated(func, *args, **kwargs)
+                    except Hang as hang:
+                        await _hung(hang, args, kwargs)
             except BaseException as exc:
-                raise verdict(requirement, exc) from None
+                ended = verdict(requirement, exc)
+                if outermost:
+                    ledger.record(requirement.id, _outcome(ended), str(ended))
+                raise ended from None
             finally:
                 _CURRENT.reset(token)
+            if outermost:
+                ledger.record(requirement.id, "passed")
+            return result
 
         return rule_async  # type: ignore[return-value]
 
     @functools.wraps(func)
     def rule(*args: Any, **kwargs: Any) -> Any:
         rule_entered(requirement)
+        outermost = _CURRENT.get() is None
         token = _CURRENT.set(requirement)
         try:
-            return func(*args, **kwargs)
+            if in_worker():
+                result = func(*args, **kwargs)
+            else:
+                try:
+                    result = run_isolated_sync(func, *args, **kwargs)
+                except Hang as hang:
+                    backend = str(kwargs.get("anyio_backend", "asyncio"))
+                    anyio.run(_hung, hang, args, kwargs, backend=backend)
         except BaseException as exc:
-            raise verdict(requirement, exc) from None
+            ended = verdict(requirement, exc)
+            if outermost:
+                ledger.record(requirement.id, _outcome(ended), str(ended))
+            raise ended from None
         finally:
             _CURRENT.reset(token)
+        if outermost:
+            ledger.record(requirement.id, "passed")
+        return result
 
     return rule  # type: ignore[return-value]

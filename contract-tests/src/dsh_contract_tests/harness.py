@@ -16,6 +16,7 @@ this test fails, naming the owning rule and the scenario it was seen in.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,7 +39,14 @@ from dsh_subagent import (
 )
 
 from dsh_contract_tests.driver import ServiceDriver, drive
-from dsh_contract_tests.failures import ContractViolation, KitTimeout, current_rule, render_error
+from dsh_contract_tests.failures import (
+    CALLS_RETURN,
+    Consequence,
+    ContractViolation,
+    KitTimeout,
+    current_rule,
+    render_error,
+)
 from dsh_contract_tests.manifest import REQUIREMENTS
 from dsh_contract_tests.processes import ProcessWatch
 from dsh_contract_tests.scenario import (
@@ -53,6 +61,7 @@ from dsh_contract_tests.scenario import (
     ProviderFactory,
     new_token,
 )
+from dsh_contract_tests.watchdog import Hang, pending
 
 __all__ = [
     "OVERLAY_CREDENTIAL_NAME",
@@ -71,6 +80,15 @@ configured ``env`` (the parent environment has none of them)."""
 _EXEC_AGE = 0.1
 """Seconds after creation before a process's environment is read: by then it has exec'd
 (between fork and exec a child still carries its parent's environment)."""
+
+KNOWN_HANG_BOUND = 5.0
+"""Seconds each wait on the provider may take once the test class is known to break
+``lifecycle:calls-return`` (except in that rule's own test): the tests after that end
+quickly as its consequences."""
+
+_OVERLAY_SETTLE = 1.0
+"""Seconds every root process of a run must lack the kit's overlay before the kit says the
+overlay never reached the child (a stray process may appear before the child does)."""
 
 Probe = Callable[[str], Awaitable[bool]]
 """Runs the kit test of a requirement id once for this test class: ``True`` if it fails."""
@@ -111,6 +129,10 @@ class ContractHarness:
             hold wait that runs out).
         probe: Runs another rule's kit test for :meth:`consequence`; ``None`` when the
             harness cannot (then every breakage fails the test it is seen in).
+        known_broken: Whether a rule's own test is already known to fail for this test
+            class (then a wait on the provider is bounded by :data:`KNOWN_HANG_BOUND`
+            once ``lifecycle:calls-return`` is among them).
+        own_failure: Called with a rule's id when that rule's own test fails here.
     """
 
     factory: ProviderFactory
@@ -121,6 +143,8 @@ class ContractHarness:
     wait_until_holding: Callable[[ChildSetup, str], Awaitable[None]]
     describe_hold: Callable[[ChildSetup, str], str] = describe_ready_file
     probe: Probe | None = None
+    known_broken: Callable[[str], bool] = lambda rule_id: False
+    own_failure: Callable[[str], None] = lambda rule_id: None
     watch: ProcessWatch = field(default_factory=ProcessWatch)
     _count: int = 0
 
@@ -168,7 +192,16 @@ class ContractHarness:
 
     def provider(self, setup: ChildSetup) -> SubagentProvider:
         """Build the provider under test through the author's factory."""
-        return self.factory(setup)
+        with pending("the provider factory", self.bound()):
+            return self.factory(setup)
+
+    def bound(self) -> float:
+        """Seconds one wait on the provider may take (shorter once it is known to hang)."""
+        current = current_rule()
+        own = current is not None and current.id == CALLS_RETURN
+        if not own and self.known_broken(CALLS_RETURN):
+            return min(self.settle_timeout, KNOWN_HANG_BOUND)
+        return self.settle_timeout
 
     def request(
         self,
@@ -197,48 +230,97 @@ class ContractHarness:
 
     @asynccontextmanager
     async def service(self, provider: SubagentProvider) -> AsyncIterator[ServiceDriver]:
-        """A fresh service with ``provider`` registered."""
-        async with drive(provider) as driver:
-            yield driver
+        """A fresh service with ``provider`` registered; its exit (which disposes every
+        run still open) is bounded like any other wait on the provider.
+
+        The bound is a deadline on a scope around the whole service (the service's own
+        task group must not be exited inside a newer scope); a failure of the body is
+        re-raised even if that deadline cancels the exit.
+        """
+        what = "the service's exit (it disposes the runs still open)"
+        bound = self.bound()
+        raised: BaseException | None = None
+        exit_wait: contextlib.ExitStack | None = None
+        with anyio.CancelScope() as scope:
+            try:
+                async with drive(provider) as driver:
+                    try:
+                        yield driver
+                    except BaseException as exc:
+                        raised = exc
+                        raise
+                    finally:
+                        scope.deadline = anyio.current_time() + bound
+                        exit_wait = contextlib.ExitStack()
+                        exit_wait.enter_context(pending(what, bound))
+            finally:
+                if exit_wait is not None:
+                    exit_wait.close()
+        if raised is not None:
+            raise raised
+        if scope.cancelled_caught:
+            await self.calls_return(what, bound)
 
     async def start(self, svc: ServiceDriver, request: SubagentStartRequest) -> SubagentRun:
-        """``svc.start(request)`` bounded by the settle timeout."""
-        with anyio.move_on_after(self.settle_timeout):
+        """``svc.start(request)``, bounded; a start that does not return in time is the
+        ``lifecycle:calls-return`` rule's breakage."""
+        bound = self.bound()
+        with pending("start()", bound), anyio.move_on_after(bound):
             return await svc.start(request)
-        raise KitTimeout(f"start() did not return within {self.settle_timeout:g} s")
+        await self.calls_return("start()", bound)
 
     async def result(self, run: SubagentRun) -> SubagentResult:
-        """``run.result()`` bounded by the settle timeout; a raise is the
-        ``settlement:result-never-raises`` rule's breakage."""
+        """``run.result()``, bounded; a raise is the ``settlement:result-never-raises``
+        rule's breakage, a result that never comes ``lifecycle:calls-return``'s."""
         raised: Exception | None = None
-        with anyio.move_on_after(self.settle_timeout):
+        bound = self.bound()
+        with pending("result()", bound), anyio.move_on_after(bound):
             try:
                 return await run.result()
             except Exception as exc:
                 raised = exc
         if raised is None:
-            raise KitTimeout(
-                f"result() did not return within {self.settle_timeout:g} s: the run never settled"
-            )
+            await self.calls_return("result()", bound, " (the run never settled)")
         await self.consequence(
             "settlement:result-never-raises", f"result() raised {render_error(raised)}"
         )
 
     async def dispose(self, run: SubagentRun) -> None:
-        """``run.dispose()`` bounded by the settle timeout; a raise is the
-        ``quiescence:dispose-idempotent`` rule's breakage."""
+        """``run.dispose()``, bounded; a raise is the ``quiescence:dispose-idempotent``
+        rule's breakage, a dispose that does not return ``lifecycle:calls-return``'s."""
         raised: Exception | None = None
-        with anyio.move_on_after(self.settle_timeout):
+        bound = self.bound()
+        with pending("dispose()", bound), anyio.move_on_after(bound):
             try:
                 await run.dispose()
                 return
             except Exception as exc:
                 raised = exc
         if raised is None:
-            raise KitTimeout(f"dispose() did not return within {self.settle_timeout:g} s")
+            await self.calls_return("dispose()", bound)
         await self.consequence(
             "quiescence:dispose-idempotent", f"dispose() raised {render_error(raised)}"
         )
+
+    def _left_alive(self) -> str:
+        """Kill what is left of the run's tree; ``"; still alive: ..."`` for a message."""
+        leftover = self.watch.kill_leftovers()
+        if not leftover:
+            return "; nothing of the run's tree was left alive"
+        listed = "; ".join(_one_line(entry) for entry in leftover)
+        return f"; still alive: {listed} (pid (name) argv); the kit killed it all"
+
+    async def calls_return(self, what: str, bound: float, why: str = "") -> NoReturn:
+        """End this test: ``what`` did not return within ``bound`` seconds."""
+        await self.consequence(
+            CALLS_RETURN,
+            f"{what} did not return within {bound:g} s{why}; the kit cancelled it and moved "
+            f"on{self._left_alive()}",
+        )
+
+    async def hung(self, hang: Hang) -> NoReturn:
+        """End this test for a wait the watchdog abandoned (it ignored cancellation)."""
+        await self.consequence(CALLS_RETURN, f"{hang}{self._left_alive()}")
 
     async def holding(
         self, setup: ChildSetup, directive: Directive, run: SubagentRun | None = None
@@ -254,7 +336,8 @@ class ContractHarness:
             async with anyio.create_task_group() as group:
 
                 async def reached() -> None:
-                    await self.wait_until_holding(setup, directive.token)
+                    with pending(f"the hold wait for {what}", self.hold_timeout):
+                        await self.wait_until_holding(setup, directive.token)
                     outcome.setdefault("reached", True)
                     group.cancel_scope.cancel()
 
@@ -300,25 +383,36 @@ class ContractHarness:
         )
 
     async def _overlay_missing(self) -> str:
-        """Return once a root process of the run lacks the kit's overlay variables."""
-        checked: set[tuple[int, float]] = set()
+        """Return once the run's root processes lack the kit's overlay variables.
+
+        Only when none of them carries it, for :data:`_OVERLAY_SETTLE` seconds: a stray
+        process the provider starts besides its child (a detached helper) lacks the
+        overlay too, and is not the run's child. Once a root carries the overlay, the
+        child got it and this never returns.
+        """
+        lacking: dict[tuple[int, float], str] = {}
+        since: float | None = None
         while True:
             for proc in self.watch.product_roots():
                 try:
                     key = (proc.pid, proc.create_time())
-                    if key in checked or time.time() - key[1] < _EXEC_AGE:
+                    if key in lacking or time.time() - key[1] < _EXEC_AGE:
                         continue
                     environ = proc.environ()
                     argv = _one_line(" ".join(proc.cmdline()[:4]))
                 except psutil.Error:
                     continue
-                checked.add(key)
                 missing = [name for name in _KIT_OVERLAY if name not in environ]
-                if missing:
-                    return (
-                        f"the run's child process {proc.pid} ({argv}) has no "
-                        f"{', '.join(missing)} in its environment"
-                    )
+                if not missing:
+                    await anyio.sleep_forever()  # the child got the overlay
+                lacking[key] = (
+                    f"the run's child process {proc.pid} ({argv}) has no "
+                    f"{', '.join(missing)} in its environment"
+                )
+            if lacking and since is None:
+                since = time.monotonic()
+            if since is not None and time.monotonic() - since >= _OVERLAY_SETTLE:
+                return "; ".join(lacking.values())
             await anyio.sleep(0.05)
 
     def seen_processes(self) -> str:
@@ -361,9 +455,10 @@ class ContractHarness:
         owner = REQUIREMENTS[rule_id]
         current = current_rule()
         if current is None or current.id == rule_id:
+            self.own_failure(rule_id)
             raise ContractViolation(owner, observed)
         if self.probe is not None and await self.probe(rule_id):
-            pytest.xfail(f"consequence of {rule_id} (its own test fails): {observed}")
+            raise Consequence(f"consequence of {rule_id} (its own test fails): {observed}")
         if blame is not None:
             raise ContractViolation(REQUIREMENTS[blame], observed)
         raise ContractViolation(owner, f"{observed} (seen while checking {current.id})")

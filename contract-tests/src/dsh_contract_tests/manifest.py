@@ -153,6 +153,11 @@ _ALL: Final = (
         "the same run id, start first.",
     ),
     Requirement(
+        "lifecycle:calls-return",
+        "start(), result() and dispose() each return within the kit's settle timeout, and the "
+        "service's exit too: no call ignores its caller's cancellation or blocks it forever.",
+    ),
+    Requirement(
         "concurrency:independent-runs",
         "N parallel runs of one provider instance settle independently: cancelling one does not "
         "disturb the others' answers.",

@@ -3,15 +3,31 @@
 pytest auto-loads this module (entry point ``pytest11``) in every session of every
 project installed next to the kit, so it must stay harmless: it never collects, injects,
 skips or reorders tests. Tests come only from the base classes a provider author
-subclasses in their own test module. Users who disable plugin autoload load it with
-``-p dsh_contract_tests`` (the entry-point name).
+subclasses in their own test module. In a session that collects such a class it keeps
+the run's account (:mod:`dsh_contract_tests.ledger`): a rule that did not run for that
+class fails the run, listed by id in the summary, unless it was opted out honestly.
+Users who disable plugin autoload load it with ``-p dsh_contract_tests`` (the
+entry-point name); it then brings anyio's pytest plugin, which runs the kit's async
+tests, unless that is already loaded or blocked (``-p no:anyio``).
 """
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Generator
+
 import pytest
 
-__all__ = ["MARKERS", "REQUIREMENT_MARKER", "pytest_addoption", "pytest_configure"]
+from dsh_contract_tests import ledger
+
+__all__ = [
+    "MARKERS",
+    "REQUIREMENT_MARKER",
+    "pytest_addhooks",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_runtest_makereport",
+]
 
 REQUIREMENT_MARKER = "dsh_requirement"
 """Marker naming the manifest requirement id a kit test proves."""
@@ -24,20 +40,60 @@ MARKERS: dict[str, str] = {
 }
 
 
+ANYIO_PLUGIN = "anyio"
+"""The entry-point name of anyio's pytest plugin, which runs the kit's async tests."""
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Load anyio's pytest plugin with the kit when autoload did not (and it is not blocked).
+
+    Runs when this plugin is registered: with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` and only
+    ``-p dsh_contract_tests``, every async kit test would otherwise fail with "async def
+    functions are not natively supported".
+    """
+    if pluginmanager.has_plugin(ANYIO_PLUGIN) or pluginmanager.is_blocked(ANYIO_PLUGIN):
+        return
+    from anyio import pytest_plugin
+
+    if not pluginmanager.is_registered(pytest_plugin):
+        pluginmanager.register(pytest_plugin, ANYIO_PLUGIN)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the kit's command-line options."""
     group = parser.getgroup("dsh-contract", "dsh subagent provider contract kit")
     group.addoption(
         "--dsh-secret-examples",
-        type=int,
+        type=_positive,
         default=None,
-        help="hypothesis examples per planted-secret rule (default: the active profile)",
+        metavar="N",
+        help="hypothesis examples of the planted-secret rule (default: the test class's "
+        "secret_examples)",
+    )
+    group.addoption(
+        ledger.PARTIAL_OPTION,
+        action="store_true",
+        default=False,
+        help="run a subset of the kit on purpose (-k, -m, node ids): the rules not selected "
+        "are listed as a partial run, which still fails the run (never a full pass)",
     )
     group.addoption(
         "--dsh-concurrency",
-        type=int,
+        type=_positive,
         default=None,
-        help="parallel runs started by the concurrency rule (default: the suite's own)",
+        metavar="N",
+        help="parallel runs started by the concurrency rule (default: the test class's "
+        "concurrency)",
     )
 
 
@@ -49,8 +105,79 @@ def _registered_marker_names(config: pytest.Config) -> set[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the tier and requirement markers unless the project already did."""
+    """Register the tier and requirement markers unless the project already did, and the
+    run's account of the provider test classes."""
     known = _registered_marker_names(config)
     for name, description in MARKERS.items():
         if name not in known:
             config.addinivalue_line("markers", f"{name}: {description}")
+    partial = bool(config.getoption(ledger.PARTIAL_OPTION, default=False))
+    config.pluginmanager.register(_Accounting(ledger.Ledger(partial_allowed=partial)))
+
+
+class _Accounting:
+    """The hooks that feed one session's :class:`~dsh_contract_tests.ledger.Ledger`."""
+
+    def __init__(self, book: ledger.Ledger) -> None:
+        self.book = book
+        self.lines: list[str] = []
+
+    def pytest_collectstart(self, collector: pytest.Collector) -> None:
+        if isinstance(collector, pytest.Class) and ledger.kit_base(collector.obj) is not None:
+            self.book.collected_class(collector.nodeid, collector.obj)
+
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        self.book.collected_item(item)  # before any selection or hook can drop it
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.book.deselect(items)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.book.collection_finished(session.items)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        with ledger.running(self.book, item.nodeid):
+            return (yield)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.book.report(report)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.book.classes:
+            return
+        accounts = self.book.account()
+        self.lines = [line for account in accounts for line in account.lines()]
+        incomplete = any(a.missing or a.partial for a in accounts)
+        if incomplete and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.lines:
+            terminalreporter.write_sep("=", "dsh contract kit: the rules of each provider class")
+            for line in self.lines:
+                terminalreporter.write_line(line)
+
+
+_XPASS_STRICT = "[XPASS(strict)]"
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Name the rule and what to do when an opted-out kit test passes (a strict XPASS)."""
+    report = yield
+    longrepr = report.longrepr
+    if report.failed and isinstance(longrepr, str) and longrepr.startswith(_XPASS_STRICT):
+        marker = item.get_closest_marker(REQUIREMENT_MARKER)
+        if marker is not None and marker.args:
+            reason = longrepr[len(_XPASS_STRICT) :].strip()
+            report.longrepr = (
+                f"{_XPASS_STRICT} {marker.args[0]}: the provider now meets this rule, so its "
+                f"opt-out must be removed (delete the override of {item.name.split('[')[0]} "
+                f"and its xfail); the opt-out's reason was: {reason}"
+            )
+    return report

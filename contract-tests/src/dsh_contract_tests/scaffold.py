@@ -377,8 +377,8 @@ kit; replace the stand-in with your product and keep the kit green.
 
 ## Run the kit
 
-In a fresh venv, from wheels only (never an editable install), with `WHEELS` a
-directory holding the wheels of `dsh-subprocess`, `dsh-subagent` and
+In a fresh venv, from wheels only (never an editable install), with `WHEELS` the
+absolute path of a directory holding the wheels of `dsh-subprocess`, `dsh-subagent` and
 `dsh-contract-tests`:
 
 <!-- ci: install-and-run -->

@@ -15,6 +15,7 @@ from dsh_subagent import (
     ToolFilter,
 )
 
+from dsh_contract_tests.failures import kit_skip
 from dsh_contract_tests.harness import ContractHarness
 from dsh_contract_tests.manifest import requirement
 
@@ -50,7 +51,7 @@ async def test_unsupported_capability_refused_before_start(
     setup = contract.setup()
     provider = contract.provider(setup)
     if getattr(provider.capabilities, flag):
-        pytest.skip(f"the provider declares the {flag!r} capability")
+        kit_skip(f"the provider declares the {flag!r} capability")
     field_name, value = _GATED_FIELDS[flag]
     request, _, _ = contract.request("complete", cwd=contract.workspace(), **{field_name: value})
     async with contract.service(provider) as svc:
@@ -94,7 +95,7 @@ async def test_out_of_process_declares_no_capability(
             await contract.dispose(run)
     await contract.check_quiescent("after dispose")
     if run.local_agent is not None:
-        pytest.skip("in-process provider: its runs have a local agent")
+        kit_skip("in-process provider: its runs have a local agent")
     # continuation is the product's own saved session, not a parent-enforced feature.
     declared = dataclasses.replace(provider.capabilities, continuation=False)
     assert declared == NO_START_CAPABILITIES, (

@@ -19,6 +19,7 @@ from dsh_subagent import (
 )
 
 from dsh_contract_tests.driver import ServiceDriver
+from dsh_contract_tests.failures import kit_skip
 from dsh_contract_tests.harness import ContractHarness
 from dsh_contract_tests.manifest import requirement
 
@@ -92,7 +93,7 @@ async def test_continued_run_sees_the_earlier_turn(
     setup = contract.setup()
     provider = contract.provider(setup)
     if not provider.capabilities.continuation:
-        pytest.skip(_NOT_DECLARED)
+        kit_skip(_NOT_DECLARED)
     async with contract.service(provider) as svc:
         first, token = await _complete(contract, svc)
         handle = _handle_of(first, provider)
@@ -124,7 +125,7 @@ async def test_foreign_or_stale_handle_is_refused(
     setup = contract.setup()
     provider = contract.provider(setup)
     if not provider.capabilities.continuation:
-        pytest.skip(_NOT_DECLARED)
+        kit_skip(_NOT_DECLARED)
     async with contract.service(provider) as svc:
         first, _ = await _complete(contract, svc)
         handle = _handle_of(first, provider)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from dsh_subagent import COMPLETED, ParentContext, SubagentProvider, SubagentStartRequest, TextBlock
 
+from dsh_contract_tests.failures import kit_skip
 from dsh_contract_tests.harness import ContractHarness, wait_ready_file
 from dsh_contract_tests.manifest import requirement
 from dsh_contract_tests.scenario import ChildSetup
@@ -32,7 +33,7 @@ async def test_real_service_returns_unique_answer(
     """A random nonce comes back as the complete answer; nothing is left running."""
     key = os.environ.get("DEEPSEEK_API_KEY")
     if not key:
-        pytest.skip("DEEPSEEK_API_KEY is not set: the credentialed tier needs a real key")
+        kit_skip("DEEPSEEK_API_KEY is not set: the credentialed tier needs a real key")
     harness = ContractHarness(
         factory=lambda setup: credentialed_factory(key, setup),
         root=tmp_path / "contract",

@@ -94,12 +94,19 @@ async def test_diagnostic_is_bounded(self: ProviderContract, contract: ContractH
 
 @requirement("diagnostic:no-planted-secret")
 def test_no_planted_secret_leaks(
-    self: ProviderContract, contract: ContractHarness, anyio_backend: str
+    self: ProviderContract,
+    contract: ContractHarness,
+    anyio_backend: str,
+    pytestconfig: pytest.Config,
 ) -> None:
-    """Planted secrets never reach the diagnostic, the output or an event."""
+    """Planted secrets never reach the diagnostic, the output or an event.
+
+    ``--dsh-secret-examples N`` overrides the test class's ``secret_examples``.
+    """
+    examples = pytestconfig.getoption("--dsh-secret-examples") or self.secret_examples
 
     @settings(
-        max_examples=self.secret_examples,
+        max_examples=examples,
         deadline=None,
         database=None,
         # Each example starts a real child; shrinking a leak would cost minutes and the

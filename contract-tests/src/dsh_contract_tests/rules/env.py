@@ -9,7 +9,7 @@ import pytest
 
 from dsh_contract_tests.harness import OVERLAY_CREDENTIAL_NAME, ContractHarness
 from dsh_contract_tests.manifest import requirement
-from dsh_contract_tests.scenario import ChildSetup
+from dsh_contract_tests.scenario import ENV_READY_DIR, ChildSetup
 
 if TYPE_CHECKING:
     from dsh_contract_tests.contract import ProviderContract
@@ -71,10 +71,24 @@ async def test_parent_credential_does_not_reach_child(
 async def test_explicit_overlay_reaches_child(
     self: ProviderContract, contract: ContractHarness
 ) -> None:
-    """A credential layered explicitly through the provider's env reaches the child."""
+    """A credential layered explicitly through the provider's env reaches the child.
+
+    The run's own child is the root process that carries this setup's ready directory
+    (the directory it signals its hold point in): a stray process the provider starts
+    besides it, e.g. a detached helper, is not the child and is not read here (leaving it
+    behind is ``quiescence:after-dispose``'s).
+    """
     setup = contract.setup()
     roots, _ = await _root_envs(contract, setup)
-    for process, env in roots:
+    own = [(p, env) for p, env in roots if env.get(ENV_READY_DIR) == str(setup.ready_dir)]
+    if not own:
+        listed = ", ".join(process for process, _ in roots)
+        raise AssertionError(
+            f"no process of the run's tree carries the configured env overlay: the run's root "
+            f"process(es) {listed} have no {ENV_READY_DIR}={setup.ready_dir} in their "
+            "environment (it was layered through the provider's env configuration)"
+        )
+    for process, env in own:
         assert env.get(OVERLAY_CREDENTIAL_NAME) == setup.env[OVERLAY_CREDENTIAL_NAME], (
             f"the run's child process {process} "
             + (

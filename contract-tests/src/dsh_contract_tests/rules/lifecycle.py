@@ -13,7 +13,7 @@ from dsh_contract_tests.manifest import requirement
 if TYPE_CHECKING:
     from dsh_contract_tests.contract import ProviderContract
 
-__all__ = ["test_lifecycle_events_are_paired"]
+__all__ = ["test_every_call_returns_in_time", "test_lifecycle_events_are_paired"]
 
 
 @requirement("lifecycle:paired")
@@ -68,3 +68,39 @@ async def test_lifecycle_events_are_paired(
         f"the end events' stop reasons {[e.stop_reason for e in ends]} are not the results' "
         f"{[r.stop_reason for r in results]}"
     )
+
+
+@requirement("lifecycle:calls-return")
+@pytest.mark.anyio
+async def test_every_call_returns_in_time(
+    self: ProviderContract, contract: ContractHarness
+) -> None:
+    """start(), dispose() and result() of a working run, then of a completing and a
+    failing run, and the service's exit, each return within the settle timeout.
+
+    Every wait is bounded (:meth:`ContractHarness.start` and its siblings) and watched
+    (:mod:`dsh_contract_tests.watchdog`): one that ignores cancellation is abandoned. The
+    working run comes first, so a dispose() that never returns is reported with the
+    processes it left running.
+    """
+    setup = contract.setup()
+    provider = contract.provider(setup)
+    results: list[SubagentResult] = []
+    async with contract.service(provider) as svc:
+        request, directive, _ = contract.request("hold", cwd=contract.workspace())
+        run = await contract.start(svc, request)
+        try:
+            await contract.holding(setup, directive, run)
+        finally:
+            await contract.dispose(run)
+        results.append(await contract.result(run))
+        for behaviour in ("complete", "fail"):
+            request, _, _ = contract.request(behaviour, cwd=contract.workspace())
+            run = await contract.start(svc, request)
+            try:
+                results.append(await contract.result(run))
+            finally:
+                await contract.dispose(run)
+    # What the calls returned is other rules' business; that each returned is this one's.
+    assert len(results) == 3, results
+    await contract.check_quiescent("after dispose")
