@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -167,7 +168,7 @@ def test_the_real_server_answers_bad_lines_with_json_rpc_errors_and_stays_up(
     try:
         server.stdin.write(b"".join(line + b"\n" for line in lines))
         server.stdin.flush()
-        answers = []
+        answers: list[dict[str, Any]] = []
         while not answers or answers[-1].get("id") != 99:
             raw = server.stdout.readline()
             assert raw, f"the server closed its stdout after {answers}"

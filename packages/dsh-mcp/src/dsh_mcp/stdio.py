@@ -94,8 +94,8 @@ def _parse(line: bytes) -> SessionMessage | _Reply | None:
     # no valid message, though the models would read the line as a notification.
     if not isinstance(value, dict) or "id" not in value or _id_of(value) is not None:
         try:
-            message = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
-            return SessionMessage(message)
+            parsed = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+            return SessionMessage(parsed)
         except ValidationError:
             pass
     if not isinstance(value, dict):
