@@ -13,8 +13,11 @@ import uuid
 import anyio
 import mcp_types as types
 import pytest
-from dsh_mcp.handoff import handoff_text
+from dsh_mcp.handoff import handoff_text, job_outcome
 from dsh_mcp.settings import DEFAULT_FOREGROUND_SECONDS
+from dsh_subagent import SubagentResult, TextBlock
+from dsh_subagent.tool import ToolResult
+from dsh_tool_jobs.model import JobOutcome
 from mcp_sandbox import Sandbox, serve
 
 pytestmark = pytest.mark.anyio
@@ -103,3 +106,30 @@ async def test_without_job_tools_a_long_call_stays_in_the_foreground(box: Sandbo
 def test_the_default_bound_is_below_what_clients_wait() -> None:
     """Claude Desktop, Claude Code and Cursor abandon a tool call after 60-120 s."""
     assert 0 < DEFAULT_FOREGROUND_SECONDS < 60
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "diagnostic", "expected"),
+    [
+        ("completed", None, JobOutcome(status="completed", output="the answer")),
+        ("aborted", None, JobOutcome(status="killed")),
+        ("error", "boom", JobOutcome(status="failed", detail="error; diagnostic: boom")),
+        ("max-tokens", None, JobOutcome(status="failed", detail="max-tokens")),
+    ],
+)
+def test_a_call_that_became_a_job_ends_as_a_background_run_would(
+    stop_reason: str, diagnostic: str | None, expected: JobOutcome
+) -> None:
+    settled = SubagentResult(
+        output=(TextBlock(text="the answer"),), stop_reason=stop_reason, diagnostic=diagnostic
+    )
+    result = ToolResult("the answer", is_error=stop_reason != "completed")
+    assert job_outcome(result, settled, cancelled=False) == expected
+
+
+def test_a_call_that_never_started_is_killed_when_cancelled_else_failed() -> None:
+    refused = ToolResult("Error: could not start", is_error=True)
+    assert job_outcome(refused, None, cancelled=True) == JobOutcome(status="killed")
+    assert job_outcome(refused, None, cancelled=False) == JobOutcome(
+        status="failed", detail="could not start"
+    )

@@ -422,9 +422,10 @@ class ToolServer:
 
                 context = ToolCallContext(parent=parent, cancel=controller.signal, on_run=on_run)
                 outcome.result = await run_tool_call(tool, arguments, context)
-            if delegation and outcome.handoff is None:
-                outcome.job_id = self._started_job(arguments, outcome.result)
-                keep_slot = outcome.job_id is not None and self._hold(outcome.job_id, parent)
+            if delegation:
+                if outcome.handoff is None:  # else job_id is the Job this call became
+                    outcome.job_id = self._started_job(arguments, outcome.result)
+                    keep_slot = outcome.job_id is not None and self._hold(outcome.job_id, parent)
                 if runs:
                     outcome.settled = await _settled(runs[0])
         except Exception as exc:  # a bug here must answer the call, not crash the server
