@@ -220,19 +220,22 @@ def test_claude_code_batch_runs_tasks_at_once_in_their_own_cwd(
     assert watch.alive() == []
 
 
-def test_a_task_whose_cwd_is_missing_fails_alone(
+def test_a_task_whose_cwd_is_missing_refuses_the_batch_before_anything_starts(
     setup: Setup, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tasks = setup.tasks(task_line("here"), task_line("nowhere", cwd="no-such-dir-4711"))
-    code = main(_batch(setup, "subagent_codex", tasks))
+    with ProcessWatch() as watch:
+        code = main(_batch(setup, "subagent_codex", tasks))
     err = capsys.readouterr().err
-    assert code == 1, err
-    records = setup.records()
-    assert records["here"]["stop_reason"] == "completed"
-    assert records["nowhere"]["stop_reason"] == "error"
-    assert records["nowhere"]["diagnostic"].startswith("could not start: ")
-    assert "no-such-dir-4711" not in records["nowhere"]["diagnostic"]  # paths stay off it
-    assert setup.router.count("nowhere") == 0
+    assert code == 2, err
+    missing = str(setup.workspace / "no-such-dir-4711")
+    assert err == (
+        f"dsh: error: {tasks} line 2: task 'nowhere': cwd {missing!r} is not an accessible "
+        "directory; nothing started\n"
+    )
+    assert not setup.out.exists()  # nothing recorded: the fixed command runs both tasks
+    assert [setup.router.count(i) for i in ("here", "nowhere")] == [0, 0]
+    assert not any(p.name == "codex" for p in watch.seen)
 
 
 # --- Ctrl-C on the real executable ------------------------------------------------------

@@ -18,8 +18,9 @@ import anyio
 import pytest
 from dsh_cli import StaticDiscovery, load_profile
 from dsh_cli.batch import FirstStartAlone, run_task, task_cwd
-from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, read_tasks
+from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, UsageTotals, read_tasks
 from dsh_cli.cli import build_parser, main
+from dsh_cli.errors import UsageError
 from dsh_subagent import (
     COMPLETED,
     CancelController,
@@ -96,17 +97,82 @@ def test_the_results_file_gives_done_ids_and_a_cut_short_line_runs_again(
     whole = BatchRecord(id="a", stop_reason="completed", answer="x", elapsed_seconds=1.0)
     path.write_text(whole.to_line() + '{"id": "b", "stop_rea', encoding="utf-8")
     results = ResultsFile(path)
-    assert results.done == {"a"}
-    assert results.unreadable == [2]
     results.open()
     try:
+        assert results.done == {"a"}
+        assert results.unreadable == [2]
         results.append(BatchRecord(id="b", stop_reason="error", elapsed_seconds=0.5))
     finally:
         results.close()
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 3  # the cut-short line stays its own line; the record follows it
     assert json.loads(lines[2])["id"] == "b"
-    assert ResultsFile(path).done == {"a", "b"}
+    again = ResultsFile(path)
+    again.open()
+    again.close()
+    assert again.done == {"a", "b"}
+    assert again.completed == {"a"}
+
+
+def test_the_latest_record_per_id_counts(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_text(
+        BatchRecord(id="a", stop_reason="error", elapsed_seconds=1.0).to_line()
+        + BatchRecord(id="b", stop_reason="completed", elapsed_seconds=1.0).to_line()
+        + BatchRecord(id="a", stop_reason="completed", elapsed_seconds=2.0).to_line()
+        + BatchRecord(id="b", stop_reason="error", elapsed_seconds=2.0).to_line(),
+        encoding="utf-8",
+    )
+    results = ResultsFile(path)
+    results.open()
+    results.close()
+    assert results.completed == {"a"}
+    assert results.latest["b"].elapsed_seconds == 2.0
+
+
+def test_a_results_file_the_batch_created_and_never_wrote_is_removed(tmp_path: Path) -> None:
+    """Deliberate: a batch refused before its first task leaves no (empty) results file."""
+    path = tmp_path / "results.jsonl"
+    results = ResultsFile(path)
+    results.open()
+    assert path.exists()
+    results.close()
+    assert not path.exists()
+    path.write_text("", encoding="utf-8")  # one the user made stays
+    results = ResultsFile(path)
+    results.open()
+    results.close()
+    assert path.exists()
+
+
+def test_the_lock_refuses_a_second_holder_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    first = ResultsFile(path)
+    first.open()
+    try:
+        with pytest.raises(UsageError, match="another dsh batch is writing the results file"):
+            ResultsFile(path).open()
+    finally:
+        first.close()
+    second = ResultsFile(path)
+    second.open()  # free again once the first closed
+    second.close()
+
+
+def test_usage_totals_name_what_was_reported_and_how_much_of_it() -> None:
+    def record(usage: Usage | None) -> BatchRecord:
+        return BatchRecord(id="x", stop_reason="completed", usage=usage, elapsed_seconds=1.0)
+
+    totals = UsageTotals()
+    assert totals.describe() == ""
+    totals.add(record(Usage(input_tokens=1843, output_tokens=61, cost_usd=0.01)))
+    totals.add(record(Usage(input_tokens=1000, output_tokens=39, cost_usd=0.0025)))
+    assert totals.describe() == "tokens 2,843 in, 100 out; cost $0.0125"
+    totals.add(record(None))
+    totals.add(record(Usage(input_tokens=7, output_tokens=1)))
+    assert totals.describe() == (
+        "tokens 2,850 in, 101 out (3 of 4 tasks reported); cost $0.0125 (2 of 4 tasks reported)"
+    )
 
 
 def test_task_cwd_resolves_against_the_base_and_names_the_files_directory() -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
-from cli_sandbox import REPO, TOKEN, Sandbox, finish, no_traceback, wait_for_file
+from cli_sandbox import DSH, REPO, TOKEN, Sandbox, finish, no_traceback, wait_for_file
 from cli_sandbox import dsh as _dsh
 from cli_sandbox import run as _run
 
@@ -138,3 +139,57 @@ def test_the_demo_shows_no_product_log_line(sandbox: Sandbox) -> None:
     assert err == ""
     assert "dsh.product" not in out
     assert "codex_app_server" not in out
+
+
+def _with_closed_stdout(sandbox: Sandbox, *argv: str) -> tuple[int, str]:
+    """Run ``dsh *argv | head -c 0``: stdout is a pipe whose reader is already gone."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a shell starts it
+            [str(DSH), *argv],
+            env=sandbox.env,
+            cwd=sandbox.root,
+            stdin=subprocess.DEVNULL,
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    finally:
+        os.close(writer)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("extra", [(), ("--json",)], ids=["answer", "json record"])
+def test_a_closed_stdout_ends_dsh_run_quietly_with_status_141(
+    sandbox: Sandbox, extra: tuple[str, ...]
+) -> None:
+    """Deliberate: 141 (128 + SIGPIPE) is what a shell shows for ``cat`` or ``grep`` whose
+    reader went away; the answer was not delivered, so it is not 0."""
+    task = f"dsh-contract/1 complete {TOKEN}"
+    argv = ("run", str(sandbox.profile), "subagent_example", task, *extra)
+    code, err = _with_closed_stdout(sandbox, *argv)
+    assert code == 141, err
+    no_traceback(err)
+    assert "BrokenPipe" not in err
+    assert "internal error" not in err
+    assert "Exception ignored" not in err
+
+
+@pytest.mark.parametrize("tools", [1, 60], ids=["buffered", "larger than the buffers"])
+def test_a_closed_stdout_ends_dsh_tools_quietly_with_status_141(
+    sandbox: Sandbox, tools: int
+) -> None:
+    # 60 tools make ~60 KiB of schemas, past the 8 KiB stdout buffer: a write fails, not the
+    # last flush.
+    rows = "".join(
+        f'[[tools]]\nname = "subagent_{n}"\nprovider = "example"\nbackground_mode = "disabled"\n'
+        for n in range(tools)
+    )
+    profile = sandbox.root / "many.toml"
+    profile.write_text('[[providers]]\ntype = "example"\n\n' + rows, encoding="utf-8")
+    code, err = _with_closed_stdout(sandbox, "tools", str(profile))
+    assert code == 141, err
+    assert err == ""

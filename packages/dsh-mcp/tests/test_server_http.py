@@ -16,14 +16,16 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+import anyio
 import httpx2
 import psutil
 import pytest
-from dsh_subprocess.testing import ProcessWatch
+from dsh_subprocess.testing import ProcessWatch, wait_gone
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp_sandbox import DSH, Sandbox, complete, is_guard
+from mcp_sandbox import DSH, Sandbox, complete, hold, is_guard
 
 INITIALIZE = json.dumps(
     {
@@ -52,8 +54,14 @@ class HttpServer:
 
 @pytest.fixture
 def http_server(box: Sandbox) -> Iterator[HttpServer]:
+    with _http_server(box, box.profile()) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _http_server(box: Sandbox, profile: Path) -> Iterator[HttpServer]:
     process = subprocess.Popen(  # noqa: TID251 - the dsh command itself, not a product
-        [str(DSH), "mcp", str(box.profile()), "--http"],
+        [str(DSH), "mcp", str(profile), "--http"],
         env=box.env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -185,3 +193,64 @@ def test_a_taken_port_and_a_port_without_http_are_one_line_each(box: Sandbox) ->
         timeout=120,
     )
     assert (usage.returncode, usage.stderr) == (2, "dsh mcp: error: --port needs --http\n")
+
+
+HANG_GUARD_SECONDS = 60.0
+"""Only a hang guard: the session's end cancels the job at once."""
+
+
+def _products(server: HttpServer) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process(server.process.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if not is_guard(proc.cmdline()):
+                found.append(proc)
+    return found
+
+
+@pytest.mark.anyio
+async def test_a_sessions_end_kills_its_jobs_and_frees_their_slots(box: Sandbox) -> None:
+    """The official client ends its session with DELETE when it leaves: the session's
+    background job is killed, its tree is gone and its slot serves another session."""
+    profile = box.profile(
+        mcp='workspace = "workspace"\nmax_concurrent_delegations = 1\nslot_wait_seconds = 60'
+    )
+    held, token = box.token(), box.token()
+    with _http_server(box, profile) as server:
+        headers = {"Authorization": f"Bearer {server.token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120)) as http,
+            streamable_http_client(server.url, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            started = await session.call_tool(
+                "subagent_example", {**hold(held), "run_in_background": True}
+            )
+            assert started.structured_content == {
+                "text": "started background subagent job subagent-1",
+                "job_id": "subagent-1",
+            }
+            await anyio.to_thread.run_sync(box.wait_ready, held)
+            products = _products(server)
+            assert products, "the job's product should be running"
+        # The client left (DELETE): the job is killed and its whole tree exits.
+        left = await anyio.to_thread.run_sync(wait_gone, products, HANG_GUARD_SECONDS)
+        assert [p.pid for p in left] == []
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120)) as http,
+            streamable_http_client(server.url, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            # The only slot is free: without the session's end this call would wait 60 s
+            # for it and fail "busy".
+            answered = await session.call_tool("subagent_example", complete(token))
+            listed = await session.call_tool("job_list", {})
+        assert answered.structured_content == {
+            "text": token,
+            "stop_reason": "completed",
+            "usage": None,
+        }
+        assert listed.content[0].type == "text"
+        assert "subagent-1" not in listed.content[0].text

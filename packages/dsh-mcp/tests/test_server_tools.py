@@ -17,7 +17,7 @@ from dsh_subagent import CancelController, ParentContext
 from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_subprocess.testing import ProcessWatch
 from mcp.shared.exceptions import MCPError
-from mcp_sandbox import DSH, Sandbox, complete, is_guard, serve
+from mcp_sandbox import DSH, Sandbox, complete, hold, is_guard, serve
 from mcp_types import INVALID_PARAMS
 
 pytestmark = pytest.mark.anyio
@@ -81,12 +81,19 @@ async def test_bad_arguments_and_unknown_tools_are_refused_and_start_nothing(box
             blank = await client.session.call_tool(
                 "subagent_example", {"prompt": f"dsh-contract/1 hold {token}"}
             )
+            extra = await client.session.call_tool(
+                "subagent_example", {**hold(token), "colour": "red"}
+            )
             with pytest.raises(MCPError) as unknown:
                 await client.session.call_tool("no_such_tool", {})
             running = watch.alive()
     assert blank.is_error is True
     assert blank.content[0].type == "text"
     assert blank.content[0].text == 'Error: argument "description" must be a string'
+    # The schema says additionalProperties: false, and the tool holds to it like job tools.
+    assert extra.is_error is True
+    assert extra.content[0].type == "text"
+    assert extra.content[0].text == "Error: unexpected argument colour"
     # An unknown tool is a protocol error (JSON-RPC invalid params), as MCP specifies.
     assert unknown.value.error.code == INVALID_PARAMS
     assert unknown.value.error.message.startswith("unknown tool 'no_such_tool' (tools: ")

@@ -37,6 +37,7 @@ def test_defaults_and_no_workspace() -> None:
     settings = resolve_settings(None, "/nowhere/profile.toml")
     assert (settings.workspace, settings.max_concurrent_delegations) == (None, 4)
     assert settings.slot_wait_seconds == 30.0
+    assert settings.foreground_seconds == 45.0
 
 
 def test_a_relative_workspace_is_read_against_the_profile_not_the_cwd(
@@ -71,6 +72,9 @@ def test_flags_win_over_the_table(tmp_path: Path) -> None:
         ({"max_concurrent_delegations": True}, "[mcp] field 'max_concurrent_delegations'"),
         ({"slot_wait_seconds": 0}, "[mcp] field 'slot_wait_seconds'"),
         ({"slot_wait_seconds": math.inf}, "[mcp] field 'slot_wait_seconds'"),
+        ({"foreground_seconds": 0}, "[mcp] field 'foreground_seconds'"),
+        ({"foreground_seconds": math.nan}, "[mcp] field 'foreground_seconds'"),
+        ({"foreground_seconds": 86401}, "[mcp] field 'foreground_seconds'"),
         ({"workspace": ""}, "[mcp] field 'workspace'"),
         ({"spare": 1}, "[mcp] field 'spare': unknown field"),
     ],
@@ -85,6 +89,10 @@ def test_a_bad_table_names_its_field(table: dict[str, object], problem: str) -> 
 def test_a_bad_flag_is_a_usage_error_naming_the_flag(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"^--max-concurrent-delegations: "):
         resolve_settings(None, "p.toml", max_concurrent_delegations=0)
+    with pytest.raises(UsageError, match=r"^--foreground-seconds: "):
+        resolve_settings(None, "p.toml", foreground_seconds=-1)
+    assert resolve_settings({"foreground_seconds": 5}, "p.toml").foreground_seconds == 5.0
+    assert resolve_settings(None, "p.toml", foreground_seconds=2.5).foreground_seconds == 2.5
     with pytest.raises(UsageError, match=r"^--workspace '.*missing' is not an existing directory"):
         resolve_settings(None, "p.toml", workspace=str(tmp_path / "missing"))
 
@@ -94,6 +102,7 @@ def test_the_settings_model_is_the_documented_table() -> None:
         "workspace",
         "max_concurrent_delegations",
         "slot_wait_seconds",
+        "foreground_seconds",
     }
 
 

@@ -718,3 +718,26 @@ async def test_a_raising_on_run_still_returns_the_answer_and_disposes(
     assert await SubagentTool(service, managed()).call(args(), call) == ToolResult("x")
     assert provider.records[0].teardowns == 1
     assert "on_run hook raised" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("extra", "shown"),
+    [({"colour": "red"}, "colour"), ({"run_in_backgroud": True}, "run_in_backgroud")],
+)
+async def test_an_argument_the_schema_does_not_declare_is_refused_and_starts_nothing(
+    service: SubagentService, extra: dict[str, object], shown: str
+) -> None:
+    """The schema says ``additionalProperties: false``; the job tools refuse the same way."""
+    provider = ScriptedProvider("p")
+    service.register_provider(provider)
+    result = await SubagentTool(service, managed()).call({**args(), **extra}, context())
+    assert result == ToolResult(f"Error: unexpected argument {shown}", is_error=True)
+    assert provider.records == []
+
+
+async def test_an_unexpected_argument_name_is_bounded_in_the_error(
+    service: SubagentService,
+) -> None:
+    service.register_provider(ScriptedProvider("p"))
+    result = await SubagentTool(service, managed()).call({**args(), "w" * 300: 1}, context())
+    assert result.text == "Error: unexpected argument " + "w" * 63 + "…"

@@ -4,7 +4,10 @@ It stands in for a real product the way a loopback model stands in for a real mo
 its behaviour is scripted by one directive line in the task text (the contract kit's
 ``dsh-contract/1 <behaviour> <token>``). Without a directive it answers ``done``. When
 the task also contains ``dsh-example/progress`` the child first reports progress the way
-a product does while it works: a piece of text, a tool call and its token usage.
+a product does while it works: a piece of text, a tool call and its token usage. With
+``dsh-example/wait-for <name>`` it first notes its start in ``<ready dir>/<name>.starts``
+and waits until ``<ready dir>/<name>`` exists: a product that answers only when the test
+lets it (e.g. after a bound it must outlast).
 
 Wire protocol, one JSON object per line: the child writes ``{"type": "ready"}``; the
 provider writes ``{"task": "..."}``; the child may report ``{"type": "text", "text": ...}``,
@@ -21,10 +24,12 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 _DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]{6,32})")
 _PROGRESS = "dsh-example/progress"
+_WAIT_FOR = re.compile(r"dsh-example/wait-for ([A-Za-z0-9_.-]+)")
 
 # What the child reports while it "works" on a task that asks for progress.
 PROGRESS_SCRIPT: tuple[dict[str, str | int], ...] = (
@@ -52,6 +57,14 @@ def _hold(token: str) -> None:
     sys.stdin.read()  # until the provider closes stdin or the tree is terminated
 
 
+def _wait_for(name: str) -> None:
+    ready = Path(os.environ.get("DSH_CONTRACT_READY_DIR") or ".")
+    with (ready / f"{name}.starts").open("a", encoding="utf-8") as starts:
+        starts.write("started\n")
+    while not (ready / name).exists():
+        time.sleep(0.05)  # this program plays the product: it may poll its own world
+
+
 def main() -> int:
     """Run one scripted task."""
     _send({"type": "ready"})
@@ -59,6 +72,9 @@ def main() -> int:
     if not line:
         return 2
     task = str(json.loads(line).get("task", ""))
+    gate = _WAIT_FOR.search(task)
+    if gate is not None:
+        _wait_for(gate.group(1))
     if _PROGRESS in task:
         for message in PROGRESS_SCRIPT:
             _send(message)

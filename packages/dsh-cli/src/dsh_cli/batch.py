@@ -2,15 +2,20 @@
 
 ``dsh batch PROFILE TARGET tasks.jsonl --out results.jsonl`` runs every task of the file
 (see :mod:`dsh_cli.batch_io`) on one provider instance, at most ``--concurrency`` at a
-time, and appends one record per task to the results file as each settles. Ids already
-in the results file are skipped, so running the same command again resumes an
-interrupted batch. Ctrl-C (or SIGTERM) cancels every run and exits 130 once every
-product's process tree is gone; runs cancelled that way are not recorded (they run again
-on resume). ``--ray [ADDRESS]`` runs the same batch on Ray (:mod:`dsh_cli.batch_ray`).
+time, and appends one record per task to the results file as each settles. The latest
+record per id counts: ids already in the results file are skipped, so running the same
+command again resumes an interrupted batch, and ``--retry-failed`` also runs the ids
+whose latest record is not ``completed``. Everything that can be checked before the
+first task is checked first (:mod:`dsh_cli.batch_checks`), and the results file is held
+under an exclusive lock for the whole batch. Ctrl-C (or SIGTERM) cancels every run and
+exits 130 once every product's process tree is gone; runs cancelled that way are not
+recorded (they run again on resume). ``--ray [ADDRESS]`` runs the same batch on Ray
+(:mod:`dsh_cli.batch_ray`).
 
 Exit status: ``0`` every task completed and every line was good · ``1`` a task did not
 complete, a line was bad, or the batch failed outside a task · ``2`` usage or profile
-error (nothing started) · ``130`` interrupted.
+error, or another batch holds the results file (nothing started, nothing recorded) ·
+``130`` interrupted.
 
 A profile may name files of the batch as ``${DSH_FILES}`` (only in ``dsh batch``): it
 stands for ``--files DIR`` here, and for the copy of that directory Ray unpacked on each
@@ -46,7 +51,8 @@ from dsh_subagent import (
     Usage,
 )
 
-from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, read_tasks
+from dsh_cli.batch_checks import check_base, check_out_path, check_task_cwds
+from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, TaskList, read_tasks
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import ProfileError, UsageError
 from dsh_cli.isolation import add_worktree_flags, check_isolation, isolate_from_flags
@@ -295,9 +301,10 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Run every task of TASKS (one JSON object per line: id, task, optional "
         "cwd) on one provider instance and append one record per task to --out as each "
         "settles. Ids already in --out are skipped, so the same command resumes an "
-        "interrupted batch.",
+        "interrupted batch; the latest record per id counts.",
         epilog="exit status: 0 every task completed, 1 a task failed or a line was bad, "
-        "2 usage/profile error (nothing started), 130 interrupted (Ctrl-C cancels every "
+        "2 usage/profile error or another batch holds --out (nothing started, nothing "
+        "recorded), 130 interrupted (Ctrl-C cancels every "
         "run and exits once every product process tree is gone)",
     )
     batch.add_argument("profile", help="TOML profile path")
@@ -337,6 +344,12 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "cluster started on this machine with `ray start`, else a new local Ray instance",
     )
     batch.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="also run the tasks whose latest record in --out is not completed (a new "
+        "record is appended; the latest record per id counts)",
+    )
+    batch.add_argument(
         "--ray-retries",
         type=_non_negative_int,
         default=0,
@@ -348,15 +361,24 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def cmd_batch(
     args: argparse.Namespace, out: TextIO, err: TextIO, discovery: ProviderDiscovery | None
 ) -> int:
-    """Run ``dsh batch``; returns the exit status (usage problems raise ``DshCliError``)."""
+    """Run ``dsh batch``; returns the exit status (usage problems raise ``DshCliError``).
+
+    Everything that can be checked before the first task is (:mod:`dsh_cli.batch_checks`),
+    and the results file is held under an exclusive lock for the whole batch; a problem
+    found on the way is one usage error with nothing started and nothing recorded.
+    """
     files = None
     if args.files is not None:
         files = os.path.abspath(args.files)
         if not os.path.isdir(files):
             raise UsageError(f"--files {args.files!r} is not a directory")
-    if args.ray is not None and args.cwd is not None and not os.path.isabs(args.cwd):
+    base: str | None = None
+    if args.ray is None:
+        base = check_base(args.cwd)
+    elif args.cwd is not None and not os.path.isabs(args.cwd):
         raise UsageError("with --ray, --cwd must be an absolute path on the worker nodes")
     budget = budget_from(args)
+    check_out_path(args.out, args.tasks, args.profile)
     task_list = read_tasks(args.tasks)
     composition = load_batch_profile(args.profile, files, discovery=discovery)
     provider = resolve_target(composition, args.target, args.instance)
@@ -366,36 +388,22 @@ def cmd_batch(
         )
     composition = isolate_from_flags(composition, provider, args)
     results = ResultsFile(args.out)
-
-    bad = list(task_list.bad_lines)
-    for line_no in results.unreadable:
-        print(f"dsh: {args.out} line {line_no}: not a result record; ignored", file=err)
-    for line in bad:
-        print(f"dsh: {args.tasks} line {line.line_no}: {line.reason}; skipped", file=err)
-    todo = tuple(task for task in task_list.tasks if task.id not in results.done)
-    skipped = len(task_list.tasks) - len(todo)
-    if skipped:
-        print(
-            f"dsh: {skipped} of {len(task_list.tasks)} tasks already in {args.out}; "
-            f"running {len(todo)}",
-            file=err,
-        )
-    if files is None and any(FILES_PLACEHOLDER in (task.cwd or "") for task in todo):
-        raise UsageError(f"a task cwd uses {FILES_PLACEHOLDER}: pass --files DIR")
-    if not todo:  # nothing to run: connect to nothing, start nothing
-        return _report(Summary(0, 0, False, 0), len(bad), args.out, err)
-    if args.ray is None:
-        base_dir = os.path.abspath(args.cwd or ".")
-        check_isolation(composition, provider, (task_cwd(t, base_dir, files) for t in todo))
-    if args.ray is not None:
-        from dsh_cli.batch_ray import check_ray
-
-        check_ray(args.ray or None)  # before the results file is created
-    results.open()
+    results.open()  # the lock is held from here to the end of the batch
     try:
+        todo = _plan(args, task_list, results, err)
+        if files is None and any(FILES_PLACEHOLDER in (task.cwd or "") for task in todo):
+            raise UsageError(f"a task cwd uses {FILES_PLACEHOLDER}: pass --files DIR")
+        if base is not None:  # with --ray, task cwds are paths on the nodes
+            cwds = [(task, task_cwd(task, base, files)) for task in todo]
+            check_task_cwds(cwds, task_list.line_of, args.tasks)
+            check_isolation(composition, provider, (cwd for _, cwd in cwds))
+        bad = len(task_list.bad_lines)
+        if not todo:  # nothing to run: connect to nothing, start nothing
+            return _report(Summary(0, 0, False, 0), bad, args.out, results, err)
         if args.ray is not None:
-            from dsh_cli.batch_ray import run_on_ray
+            from dsh_cli.batch_ray import check_ray, run_on_ray
 
+            check_ray(args.ray or None)
             summary = run_on_ray(
                 args.ray or None,
                 profile=Path(args.profile),
@@ -407,12 +415,46 @@ def cmd_batch(
                 err=err,
             )
         else:
-            base = os.path.abspath(args.cwd or ".")
+            assert base is not None
             plan = BatchPlan(todo, provider, budget, args.concurrency or default_concurrency())
             summary = anyio.run(_run_local, composition, plan, base, files, results, err)
+        return _report(summary, bad, args.out, results, err)
     finally:
         results.close()
-    return _report(summary, len(bad), args.out, err)
+
+
+def _plan(
+    args: argparse.Namespace, task_list: TaskList, results: ResultsFile, err: TextIO
+) -> tuple[BatchTask, ...]:
+    """The tasks to run (the latest record per id counts), after reporting what is skipped."""
+    for line_no in results.unreadable:
+        print(f"dsh: {args.out} line {line_no}: not a result record; ignored", file=err)
+    for line in task_list.bad_lines:
+        print(f"dsh: {args.tasks} line {line.line_no}: {line.reason}; skipped", file=err)
+    total = len(task_list.tasks)
+    completed = results.completed
+    recorded = results.done
+    if args.retry_failed:
+        todo = tuple(task for task in task_list.tasks if task.id not in completed)
+        again = sum(1 for task in todo if task.id in recorded)
+        if total - len(todo) or again:
+            note = f" ({again} again after a failed record)" if again else ""
+            print(
+                f"dsh: {total - len(todo)} of {total} tasks already completed in {args.out}; "
+                f"running {len(todo)}{note}",
+                file=err,
+            )
+        return todo
+    todo = tuple(task for task in task_list.tasks if task.id not in recorded)
+    skipped = total - len(todo)
+    if skipped:
+        failed = sum(1 for task in task_list.tasks if task.id in recorded - completed)
+        note = f" ({failed} of them failed; --retry-failed runs those again)" if failed else ""
+        print(
+            f"dsh: {skipped} of {total} tasks already in {args.out}{note}; running {len(todo)}",
+            file=err,
+        )
+    return todo
 
 
 @dataclass(frozen=True)
@@ -426,13 +468,15 @@ class Summary:
     error: str | None = None
 
 
-def _report(summary: Summary, bad: int, out_path: str, err: TextIO) -> int:
+def _report(summary: Summary, bad: int, out_path: str, results: ResultsFile, err: TextIO) -> int:
     parts = [f"{summary.done} completed", f"{summary.failed} failed"]
     if bad:
         parts.append(f"{bad} bad line{'s' if bad != 1 else ''} skipped")
     if summary.not_run:
         parts.append(f"{summary.not_run} not recorded")
-    print(f"dsh: batch: {', '.join(parts)}; results in {out_path}", file=err)
+    totals = results.usage.describe()
+    tail = f"; {totals}" if totals else ""
+    print(f"dsh: batch: {', '.join(parts)}; results in {out_path}{tail}", file=err)
     if summary.error is not None:
         print(f"dsh: batch failed: {summary.error}", file=err)
         return EXIT_FAILED

@@ -10,19 +10,21 @@ line*: it is reported with its line number and skipped, never silently. A blank 
 carries no task and is ignored.
 
 The results file is JSON Lines too, one :class:`BatchRecord` per settled task, appended as
-each task settles (one ``write`` of one whole line). Reading it back gives the ids already
-done, so an interrupted batch resumes where it stopped.
+each task settles (one ``write`` of one whole line). Reading it back gives the latest
+record of every id, so an interrupted batch resumes where it stopped and
+``--retry-failed`` finds the tasks whose latest record is not ``completed``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Final
 
-from dsh_subagent import Changes, Usage
+from dsh_subagent import COMPLETED, Changes, Usage
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from dsh_cli.errors import UsageError
@@ -33,6 +35,7 @@ __all__ = [
     "BatchTask",
     "ResultsFile",
     "TaskList",
+    "UsageTotals",
     "read_tasks",
 ]
 
@@ -97,6 +100,8 @@ class TaskList:
 
     tasks: tuple[BatchTask, ...]
     bad_lines: tuple[BadLine, ...]
+    line_of: dict[str, int] = field(default_factory=dict)
+    """The line number of every good task, by id."""
 
 
 def _describe(error: ValidationError) -> str:
@@ -162,33 +167,92 @@ def read_tasks(path: str | Path) -> TaskList:
             continue
         first_line_of[task.id] = line_no
         tasks.append(task)
-    return TaskList(tuple(tasks), tuple(bad))
+    return TaskList(tuple(tasks), tuple(bad), first_line_of)
 
 
 class ResultsFile:
-    """The results file: the ids it already holds, and appending one record at a time.
+    """The results file of one batch, held under an exclusive lock while the batch runs.
+
+    :meth:`open` creates the file if it is missing, takes an exclusive ``flock`` on it
+    (POSIX advisory locking: every ``dsh batch`` takes it, so a second batch on the same
+    file is refused at once; the kernel drops it when ``dsh`` exits, however it exits)
+    and reads what the file holds. The **latest record per id counts**: a task retried
+    with ``--retry-failed`` appends a new record, and that one is its outcome.
 
     A line that is not a record (e.g. cut short when the machine lost power) is counted
     in :attr:`unreadable` and ignored: its task runs again.
+
+    Attributes:
+        latest: The latest record of every id in the file (and of every appended one).
+        unreadable: Line numbers of lines that are not records.
+        usage: Totals of the records appended by this batch.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.done: set[str] = set()
+        self.latest: dict[str, BatchRecord] = {}
         self.unreadable: list[int] = []
+        self.usage = UsageTotals()
         self._needs_newline = False
         self._fd: int | None = None
-        self._load()
+        self._created = False
+        self._appended = False
 
-    def _load(self) -> None:
+    @property
+    def done(self) -> set[str]:
+        """Ids with a record, whatever its stop reason."""
+        return set(self.latest)
+
+    @property
+    def completed(self) -> set[str]:
+        """Ids whose latest record is ``completed``."""
+        return {key for key, record in self.latest.items() if record.stop_reason == COMPLETED}
+
+    def open(self) -> None:
+        """Open (created if missing), take the exclusive lock and read the records.
+
+        Raises:
+            UsageError: the file cannot be read or written, or another batch holds it.
+        """
+        import fcntl  # POSIX only, like the rest of dsh's process handling
+
+        fd, created = self._open_fd()
         try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UsageError(
+                f"another dsh batch is writing the results file {str(self.path)!r}; "
+                "wait for it to end or give another --out"
+            ) from None
+        self._fd, self._created = fd, created
+        try:
+            self._load(fd)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_fd(self) -> tuple[int, bool]:
+        flags = os.O_RDWR | os.O_APPEND
+        try:
+            while True:
+                try:
+                    return os.open(self.path, flags), False
+                except FileNotFoundError:
+                    pass
+                try:
+                    return os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+                except FileExistsError:  # created meanwhile by someone else: open theirs
+                    continue
         except OSError as exc:
             raise UsageError(
-                f"cannot read the results file {str(self.path)!r}: {exc.strerror or exc}"
+                f"cannot write the results file {str(self.path)!r}: {exc.strerror or exc}"
             ) from None
+
+    def _load(self, fd: int) -> None:
+        data = b""
+        while chunk := os.pread(fd, 1 << 20, len(data)):
+            data += chunk
         self._needs_newline = bool(data) and not data.endswith(b"\n")
         for line_no, raw in enumerate(data.split(b"\n"), start=1):
             if not raw.strip():
@@ -199,36 +263,80 @@ class ResultsFile:
             except (ValueError, UnicodeDecodeError):  # ValidationError is a ValueError
                 self.unreadable.append(line_no)
                 continue
-            self.done.add(record.id)
-
-    def open(self) -> None:
-        """Open for appending (created if missing).
-
-        Raises:
-            UsageError: the file cannot be created or written.
-        """
-        try:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise UsageError(
-                f"cannot write the results file {str(self.path)!r}: {exc.strerror or exc}"
-            ) from None
-        if self._needs_newline:  # a cut-short last line stays its own (unreadable) line
-            os.write(self._fd, b"\n")
-            self._needs_newline = False
+            self.latest[record.id] = record
 
     def append(self, record: BatchRecord) -> None:
         """Append one record as one write of one whole line."""
         if self._fd is None:
             raise RuntimeError("ResultsFile.open() was not called")
         data = record.to_line().encode("utf-8")
+        if self._needs_newline:  # a cut-short last line stays its own (unreadable) line
+            data = b"\n" + data
+            self._needs_newline = False
         while data:
             written = os.write(self._fd, data)
             data = data[written:]
-        self.done.add(record.id)
+        self._appended = True
+        self.latest[record.id] = record
+        self.usage.add(record)
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
+        """Release the lock and close the file (idempotent).
+
+        A file this batch created and never wrote to is removed again: a batch refused
+        before its first task leaves nothing behind.
+        """
         fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        if fd is None:
+            return
+        try:
+            if self._created and not self._appended:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+        finally:
+            os.close(fd)  # releases the lock
+
+
+@dataclass
+class UsageTotals:
+    """Tokens and cost summed over records, counting only what products reported."""
+
+    records: int = 0
+    reported: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    costed: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, record: BatchRecord) -> None:
+        """Count one record."""
+        self.records += 1
+        usage = record.usage
+        if usage is None:
+            return
+        if usage.input_tokens is not None or usage.output_tokens is not None:
+            self.reported += 1
+            self.input_tokens += usage.input_tokens or 0
+            self.output_tokens += usage.output_tokens or 0
+        if usage.cost_usd is not None:
+            self.costed += 1
+            self.cost_usd += usage.cost_usd
+
+    def describe(self) -> str:
+        """``tokens 1,843 in, 61 out; cost $0.0123`` (a part only where reported), or ``""``.
+
+        When only some records reported, the part says how many (``2 of 3 tasks``): the
+        total is then a lower bound.
+        """
+        parts = []
+        if self.reported:
+            parts.append(
+                f"tokens {self.input_tokens:,} in, {self.output_tokens:,} out"
+                + self._partial(self.reported)
+            )
+        if self.costed:
+            parts.append(f"cost ${self.cost_usd:.4f}" + self._partial(self.costed))
+        return "; ".join(parts)
+
+    def _partial(self, count: int) -> str:
+        return "" if count == self.records else f" ({count} of {self.records} tasks reported)"

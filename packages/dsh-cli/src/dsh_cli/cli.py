@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -161,8 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
         "progress event otherwise.",
         epilog="exit status: 0 completed, 1 error (a --timeout/--idle-timeout that ran out "
         "included) or start failure, 2 usage/profile error, 3 max-tokens, 4 refusal, "
-        "130 cancelled (Ctrl-C); every failure is one line on stderr; -v also shows the "
-        "product's own stderr",
+        "130 cancelled (Ctrl-C), 141 stdout closed by its reader; every failure is one "
+        "line on stderr; -v also shows the product's own stderr",
     )
     add_run_arguments(run)
 
@@ -196,7 +197,8 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
 
     Every failure is one line on stderr: usage and profile errors exit 2, a run that
     could not start (or failed outside its result) and any unexpected error exit 1,
-    never with a traceback (``-v`` adds it for unexpected errors).
+    never with a traceback (``-v`` adds it for unexpected errors). A closed stdout ends
+    the command quietly with status 141, as it ends a Unix tool.
 
     Args:
         argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
@@ -211,20 +213,25 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
     with cli_logging(verbose=verbose, stream=err) as log_handler:
         try:
             if args.command == "check":
-                return _cmd_check(args, out, discovery)
-            if args.command == "tools":
-                return _cmd_tools(args, out, discovery)
-            if args.command == "run":
+                code = _cmd_check(args, out, discovery)
+            elif args.command == "tools":
+                code = _cmd_tools(args, out, discovery)
+            elif args.command == "run":
                 with exporting(err):
-                    return cmd_run(args, out, err, discovery, log_handler)
-            if args.command == "batch":
+                    code = cmd_run(args, out, err, discovery, log_handler)
+            elif args.command == "batch":
                 with exporting(err):
-                    return cmd_batch(args, out, err, discovery)
-            if args.command == "agents":
-                return cmd_agents(args, out)
-            if args.command == "worktrees":
-                return cmd_worktrees(args, out, err)
-            return _cmd_demo(args, out, err)
+                    code = cmd_batch(args, out, err, discovery)
+            elif args.command == "agents":
+                code = cmd_agents(args, out)
+            elif args.command == "worktrees":
+                code = cmd_worktrees(args, out, err)
+            else:
+                code = _cmd_demo(args, out, err)
+            out.flush()  # a reader that went away shows here at the latest
+            return code
+        except BrokenPipeError:
+            return _output_closed()
         except DshCliError as exc:
             print(f"dsh: error: {exc}", file=err)
             return EXIT_USAGE
@@ -233,6 +240,29 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
             if verbose:
                 traceback.print_exception(exc, file=err)
             return EXIT_START_FAILED
+
+
+EXIT_OUTPUT_CLOSED: Final = 141
+"""128 + SIGPIPE: the status a shell shows for a Unix tool whose reader went away."""
+
+
+def _output_closed() -> int:
+    """The reader of stdout went away (``dsh run … | head -c 0``): end quietly, status 141.
+
+    Deliberate: like ``cat`` or ``grep`` killed by SIGPIPE (a shell shows 141 for them
+    too), with no message, since nobody reads the output any more; the status is not 0
+    because the answer was not delivered. Whatever is still buffered goes to the null
+    device, so the interpreter's last flush cannot fail again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file descriptor (tests capture it)
+        pass
+    return EXIT_OUTPUT_CLOSED
 
 
 _VERBOSE_FLAGS: Final = ("-v", "--verbose")

@@ -11,6 +11,8 @@ Exit status (derived from the run's stop reason):
 4     ``refusal``
 130   ``aborted`` (Ctrl-C / SIGTERM cancelled the run), or Ctrl-C
       before the run started
+141   stdout was closed by its reader (``dsh run … | head -c 0``): ended quietly, as
+      a Unix tool ends on SIGPIPE (see :mod:`dsh_cli.cli`)
 ====  ==================================================
 
 stdout carries only the answer (or, with ``--json``, one JSON record); everything else,

@@ -74,6 +74,14 @@ def build_parser(prog: str = "dsh-mcp") -> argparse.ArgumentParser:
         "(default: [mcp] slot_wait_seconds, else 30)",
     )
     parser.add_argument(
+        "--foreground-seconds",
+        type=float,
+        metavar="S",
+        help="how long a foreground delegation call waits; a run still going then "
+        "continues as a background job whose id the call returns (default: [mcp] "
+        "foreground_seconds, else 45)",
+    )
+    parser.add_argument(
         "--http",
         action="store_true",
         help="serve streamable HTTP on 127.0.0.1 (bearer token: $DSH_MCP_TOKEN, else generated "
@@ -100,6 +108,7 @@ def _load(profile_path: str, args: argparse.Namespace) -> tuple[Composition, Ser
         workspace=args.workspace,
         max_concurrent_delegations=args.max_concurrent_delegations,
         slot_wait_seconds=args.slot_wait_seconds,
+        foreground_seconds=args.foreground_seconds,
     )
     return composition, settings
 

@@ -12,15 +12,23 @@ server shutdown all cancel it, and the call's handler waits until the run has se
 
 Per connection (one on stdio, one per MCP session over HTTP) the server keeps a parent
 session id: background Jobs are visible to the connection that started them, and their
-completion notices reach that connection as ``notifications/message`` log entries.
+completion notices reach that connection as ``notifications/message`` log entries. When
+an HTTP session ends (the client's DELETE, or its transport closing), its running calls
+are cancelled and its Jobs killed: their slots are freed once their trees are gone. (On
+stdio the connection's end is the server's, which ends everything anyway.)
+
+A foreground delegation still running after ``foreground_seconds`` continues as a
+background Job of its caller and the call returns that Job's id
+(:mod:`dsh_mcp.handoff`), so clients that abandon long tool calls lose nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -32,13 +40,14 @@ from dsh_cli.loader import Composition
 from dsh_cli.runtime import Runtime, open_runtime
 from dsh_subagent import CancelController, ParentContext, PublishedRun, SubagentResult
 from dsh_subagent.tool import ModelTool, ToolCallContext, ToolResult, run_tool_call
-from dsh_tool_jobs import JobSnapshot
+from dsh_tool_jobs import JobError, JobSnapshot
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 
+from dsh_mcp.handoff import CallState, hand_off, handoff_text, label_of
 from dsh_mcp.results import delegation_result, describe_progress, tool_result
 from dsh_mcp.settings import ServerSettings
 from dsh_mcp.slots import DelegationSlots, busy_message
@@ -49,6 +58,7 @@ __all__ = [
     "CLIENT_CANCELLED",
     "NOTICE_LOGGER",
     "SERVER_NAME",
+    "SESSION_ENDED",
     "ToolServer",
     "open_tool_server",
 ]
@@ -62,6 +72,8 @@ CALLS_LOGGER: Final = "dsh.calls"
 """The ``logger`` of the log entry that confirms how a cancelled call ended."""
 CLIENT_CANCELLED: Final = "cancelled by the MCP client"
 """The cancel reason of a call the client cancelled or left."""
+SESSION_ENDED: Final = "the MCP session ended"
+"""The cancel reason of the calls and Jobs of an HTTP session that ended."""
 
 _BACKGROUND_STARTED: Final = "started background subagent job "
 _NOTICE_BUFFER: Final = 256
@@ -99,6 +111,7 @@ class _Connection:
     session: ServerSession
     parents: dict[str | None, ParentContext] = field(default_factory=dict)
     log_level: types.LoggingLevel | None = None
+    live: set[CancelController] = field(default_factory=set)
 
     @property
     def session_id(self) -> str:
@@ -121,6 +134,21 @@ def _connection_key(ctx: ServerRequestContext[Any, Any]) -> str:
     headers = getattr(ctx.request, "headers", None)
     session_id = headers.get("mcp-session-id") if headers is not None else None
     return f"http-{session_id}" if isinstance(session_id, str) and session_id else "stdio"
+
+
+def _session_teardown(ctx: ServerRequestContext[Any, Any]) -> AsyncExitStack | None:
+    """The teardown stack of the request's HTTP session (``None`` on stdio).
+
+    The SDK unwinds a connection's ``exit_stack`` when the connection closes (a DELETE,
+    the idle timeout, the transport going away) and invites handlers to push cleanup on
+    it, but its low-level request context does not expose the connection yet; the
+    session object holds it. A pinning test fails if an SDK upgrade moves it.
+    """
+    connection = getattr(ctx.session, "_connection", None)
+    if getattr(connection, "session_id", None) is None:
+        return None  # stdio (its end is the server's) or stateless HTTP (no session)
+    stack = getattr(connection, "exit_stack", None)
+    return stack if isinstance(stack, AsyncExitStack) else None
 
 
 def _error(message: str) -> ToolResult:
@@ -203,9 +231,35 @@ class ToolServer:
                 # Only notice routing is lost: Jobs stay visible by their session id.
                 del self._connections[next(iter(self._connections))]
             connection = self._connections[key] = _Connection(key, ctx.session)
+            teardown = _session_teardown(ctx)
+            if teardown is not None:
+                teardown.callback(self._session_ended, connection)
         else:
             connection.session = ctx.session  # the latest request's view of the connection
         return connection
+
+    def _session_ended(self, connection: _Connection) -> None:
+        """The connection's session ended: cancel its calls, kill its Jobs (in the background).
+
+        Runs as the session's teardown callback; the Jobs are disposed in the server's
+        task group, which the server's stop waits for.
+        """
+        if self._connections.get(connection.key) is connection:
+            del self._connections[connection.key]
+        for controller in list(connection.live):
+            controller.cancel(SESSION_ENDED)
+        parents = list(connection.parents.values())
+        if parents:
+            # RuntimeError: the server is stopping, and the registry's exit ends them.
+            with contextlib.suppress(RuntimeError):
+                self._calls.start_soon(self._dispose_jobs, parents)
+
+    async def _dispose_jobs(self, parents: list[ParentContext]) -> None:
+        for parent in parents:
+            try:
+                await self._runtime.jobs.dispose_owner(parent)
+            except Exception as exc:
+                _log.warning("dsh_mcp: a session's jobs were not disposed: %s", exc)
 
     async def _workspace(self, ctx: ServerRequestContext[Any, Any]) -> str:
         if self._settings.workspace is not None:
@@ -240,6 +294,8 @@ class ToolServer:
         outcome = await self._in_call_task(
             tool, arguments, parent, ctx, connection, delegation=True
         )
+        if outcome.handoff is not None:
+            return delegation_result(outcome.handoff, job_id=outcome.job_id)
         return delegation_result(outcome.result, settled=outcome.settled, job_id=outcome.job_id)
 
     async def _in_call_task(
@@ -251,21 +307,37 @@ class ToolServer:
         connection: _Connection,
         *,
         delegation: bool,
-    ) -> _Outcome:
+    ) -> CallState:
         """Run the call in the server's task group; a cancelled handler cancels the run.
 
         The run lives outside the handler's cancel scope so that a cancellation reaches
         it as its own cancel signal (the run settles ``aborted`` and is disposed) and not
         as an interruption halfway through a product start; the handler still returns
-        only once the call has ended.
+        only once the call has ended, or once it became a background Job (a foreground
+        delegation still running after ``foreground_seconds``).
         """
         controller = CancelController()
-        outcome = _Outcome()
+        outcome = CallState()
         self._live.add(controller)
+        connection.live.add(controller)
         self._calls.start_soon(
             self._run_call, tool, arguments, parent, ctx, controller, outcome, delegation
         )
+        handoff = (
+            self._settings.foreground_seconds
+            if delegation
+            and self._runtime.composition.job_tools
+            and arguments.get("run_in_background") is not True
+            else None
+        )
         try:
+            if handoff is not None:
+                with anyio.move_on_after(handoff):
+                    await outcome.done.wait()
+                if not outcome.done.is_set() and self._hand_off(
+                    tool, arguments, parent, controller, outcome, handoff
+                ):
+                    return outcome
             await outcome.done.wait()
         except anyio.get_cancelled_exc_class():
             # The client cancelled the call or left, or the server is stopping.
@@ -283,6 +355,31 @@ class ToolServer:
                     await self._log(connection, "info", CALLS_LOGGER, text)
             raise
         return outcome
+
+    def _hand_off(
+        self,
+        tool: ModelTool,
+        arguments: Mapping[str, object],
+        parent: ParentContext,
+        controller: CancelController,
+        outcome: CallState,
+        seconds: float,
+    ) -> bool:
+        """Turn the running call into a background Job of ``parent``; ``False`` if refused."""
+        try:
+            job_id = hand_off(
+                self._runtime.jobs,
+                outcome,
+                label=label_of(arguments, tool.name),
+                owner=parent,
+                controller=controller,
+            )
+        except JobError as exc:  # e.g. the owner's job limit: the call stays in the foreground
+            _log.info("dsh_mcp: %s stays in the foreground: %s", tool.name, exc)
+            return False
+        outcome.job_id = job_id
+        outcome.handoff = ToolResult(handoff_text(tool.name, seconds, job_id))
+        return True
 
     async def _log(
         self, connection: _Connection, level: types.LoggingLevel, logger: str, text: str
@@ -306,7 +403,7 @@ class ToolServer:
         parent: ParentContext,
         ctx: ServerRequestContext[Any, Any],
         controller: CancelController,
-        outcome: _Outcome,
+        outcome: CallState,
         delegation: bool,
     ) -> None:
         runs: list[PublishedRun] = []
@@ -317,14 +414,18 @@ class ToolServer:
 
                 def on_run(run: PublishedRun) -> None:
                     runs.append(run)
-                    if progress:
-                        forwarders.start_soon(_forward_progress, run, ctx.session)
+                    outcome.published(run)
+                    if progress and outcome.handoff is None:
+                        scope = anyio.CancelScope()
+                        outcome.progress.append(scope)
+                        forwarders.start_soon(_forward_progress, run, ctx.session, scope)
 
                 context = ToolCallContext(parent=parent, cancel=controller.signal, on_run=on_run)
                 outcome.result = await run_tool_call(tool, arguments, context)
             if delegation:
-                outcome.job_id = self._started_job(arguments, outcome.result)
-                keep_slot = outcome.job_id is not None and self._hold(outcome.job_id, parent)
+                if outcome.handoff is None:  # else job_id is the Job this call became
+                    outcome.job_id = self._started_job(arguments, outcome.result)
+                    keep_slot = outcome.job_id is not None and self._hold(outcome.job_id, parent)
                 if runs:
                     outcome.settled = await _settled(runs[0])
         except Exception as exc:  # a bug here must answer the call, not crash the server
@@ -332,6 +433,8 @@ class ToolServer:
             outcome.result = _error(f"internal error ({type(exc).__name__})")
         finally:
             self._live.discard(controller)
+            for connection in self._connections.values():
+                connection.live.discard(controller)
             self._calls_changed.set()
             self._calls_changed = anyio.Event()
             if delegation and not keep_slot:
@@ -400,14 +503,6 @@ class ToolServer:
                     await self._log(connection, _NOTICE_LEVEL, NOTICE_LOGGER, text)
 
 
-@dataclass(eq=False)
-class _Outcome:
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: ToolResult = field(default_factory=lambda: _error("the call did not finish"))
-    settled: SubagentResult | None = None
-    job_id: str | None = None
-
-
 async def _settled(run: PublishedRun) -> SubagentResult | None:
     try:
         return await run.result()
@@ -415,18 +510,22 @@ async def _settled(run: PublishedRun) -> SubagentResult | None:
         return None
 
 
-async def _forward_progress(run: PublishedRun, session: ServerSession) -> None:
-    """Turn the run's progress into MCP progress notifications until the run settles."""
+async def _forward_progress(
+    run: PublishedRun, session: ServerSession, scope: anyio.CancelScope
+) -> None:
+    """Turn the run's progress into MCP progress notifications until the run settles
+    (or ``scope`` is cancelled: the call was answered with a Job id)."""
     count = 0
-    try:
-        async for event in run.progress:
-            message = describe_progress(event)
-            if message is None:
-                continue
-            count += 1
-            await session.report_progress(count, None, message)
-    except Exception as exc:  # progress is advisory: never let it end the call
-        _log.info("dsh_mcp: progress forwarding stopped: %s", type(exc).__name__)
+    with scope:
+        try:
+            async for event in run.progress:
+                message = describe_progress(event)
+                if message is None:
+                    continue
+                count += 1
+                await session.report_progress(count, None, message)
+        except Exception as exc:  # progress is advisory: never let it end the call
+            _log.info("dsh_mcp: progress forwarding stopped: %s", type(exc).__name__)
 
 
 @asynccontextmanager

@@ -6,6 +6,7 @@ The profile table (every key optional)::
     workspace = "../project"           # the parent session's workspace; relative to the profile
     max_concurrent_delegations = 4     # server-wide, background jobs included
     slot_wait_seconds = 30             # how long a call beyond the bound waits for a slot
+    foreground_seconds = 45            # a call still running then continues as a background job
 
 A flag wins over the table. The workspace is resolved once, at start, to an absolute
 directory that must exist; a relative path is read against the profile file's directory
@@ -27,8 +28,10 @@ from dsh_cli.profile import describe_validation_error
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
+    "DEFAULT_FOREGROUND_SECONDS",
     "DEFAULT_MAX_CONCURRENT_DELEGATIONS",
     "DEFAULT_SLOT_WAIT_SECONDS",
+    "MAX_FOREGROUND_SECONDS",
     "MAX_SLOT_WAIT_SECONDS",
     "McpSettings",
     "ServerSettings",
@@ -38,6 +41,10 @@ __all__ = [
 DEFAULT_MAX_CONCURRENT_DELEGATIONS: Final = 4
 DEFAULT_SLOT_WAIT_SECONDS: Final = 30.0
 MAX_SLOT_WAIT_SECONDS: Final = 3600.0
+DEFAULT_FOREGROUND_SECONDS: Final = 45.0
+"""Below the 60-120 s after which MCP clients (Claude Desktop, Claude Code, Cursor) give up
+on a tool call: a longer delegation reaches the client as a background job instead."""
+MAX_FOREGROUND_SECONDS: Final = 86400.0
 _MAX_DELEGATIONS: Final = 1024
 
 
@@ -49,6 +56,9 @@ def _finite(value: float) -> float:
 
 SlotWait = Annotated[float, Field(gt=0, le=MAX_SLOT_WAIT_SECONDS), AfterValidator(_finite)]
 Bound = Annotated[int, Field(ge=1, le=_MAX_DELEGATIONS, strict=True)]
+ForegroundSeconds = Annotated[
+    float, Field(gt=0, le=MAX_FOREGROUND_SECONDS), AfterValidator(_finite)
+]
 
 
 class McpSettings(BaseModel):
@@ -61,12 +71,16 @@ class McpSettings(BaseModel):
             background jobs included until they settle (1 to 1024).
         slot_wait_seconds: How long a delegation beyond the bound waits for a slot before
             it gets a tool error (0 < seconds <= 3600).
+        foreground_seconds: How long a foreground delegation call waits for its run; a
+            run still going then continues as a background job and the call returns its
+            id (needs the profile's job tools; 0 < seconds <= 86400, default 45).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     workspace: Annotated[str, Field(min_length=1)] | None = None
     max_concurrent_delegations: Bound = DEFAULT_MAX_CONCURRENT_DELEGATIONS
     slot_wait_seconds: SlotWait = DEFAULT_SLOT_WAIT_SECONDS
+    foreground_seconds: ForegroundSeconds = DEFAULT_FOREGROUND_SECONDS
 
 
 @dataclass(frozen=True)
@@ -77,11 +91,14 @@ class ServerSettings:
         workspace: Absolute path of an existing directory, or ``None`` (client roots).
         max_concurrent_delegations: The server-wide bound.
         slot_wait_seconds: The bounded wait for a slot.
+        foreground_seconds: How long a foreground delegation call waits before its run
+            continues as a background job.
     """
 
     workspace: str | None
     max_concurrent_delegations: int
     slot_wait_seconds: float
+    foreground_seconds: float = DEFAULT_FOREGROUND_SECONDS
 
 
 def _table(raw: dict[str, object] | None, source: str) -> McpSettings:
@@ -107,6 +124,7 @@ def resolve_settings(
     workspace: str | None = None,
     max_concurrent_delegations: int | None = None,
     slot_wait_seconds: float | None = None,
+    foreground_seconds: float | None = None,
 ) -> ServerSettings:
     """Validate the ``[mcp]`` table, apply the flags over it and resolve the workspace.
 
@@ -118,6 +136,7 @@ def resolve_settings(
             directory, since the user typed it there.
         max_concurrent_delegations: ``--max-concurrent-delegations``.
         slot_wait_seconds: ``--slot-wait-seconds``.
+        foreground_seconds: ``--foreground-seconds``.
 
     Raises:
         ProfileError: the table is invalid (each problem names its ``[mcp]`` field).
@@ -130,6 +149,8 @@ def resolve_settings(
         overrides["max_concurrent_delegations"] = max_concurrent_delegations
     if slot_wait_seconds is not None:
         overrides["slot_wait_seconds"] = slot_wait_seconds
+    if foreground_seconds is not None:
+        overrides["foreground_seconds"] = foreground_seconds
     if overrides:
         try:
             settings = McpSettings.model_validate({**settings.model_dump(), **overrides})
@@ -147,4 +168,5 @@ def resolve_settings(
         workspace=resolved,
         max_concurrent_delegations=settings.max_concurrent_delegations,
         slot_wait_seconds=settings.slot_wait_seconds,
+        foreground_seconds=settings.foreground_seconds,
     )

@@ -7,13 +7,16 @@ descriptors 0 and 1 point at the null device and at stderr, so nothing a library
 child process writes can corrupt the protocol stream; the wire is served from private
 duplicates that children do not inherit.
 
-A message longer than :data:`MAX_MESSAGE_BYTES` is dropped (and reported to the session
-as a transport error) instead of growing a buffer without bound.
+A line that is not a JSON-RPC message gets the JSON-RPC 2.0 error response (-32700 parse
+error, -32600 invalid request) and the server goes on. A message longer than
+:data:`MAX_MESSAGE_BYTES` is dropped (and reported to the session as a transport error)
+instead of growing a buffer without bound.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import stat
 import sys
@@ -25,6 +28,7 @@ import anyio
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 __all__ = ["MAX_MESSAGE_BYTES", "stdio_transport"]
 
@@ -58,18 +62,81 @@ def _too_long() -> MessageTooLongError:
     return MessageTooLongError(f"inbound message longer than {MAX_MESSAGE_BYTES} bytes dropped")
 
 
-def _parse(line: bytes) -> SessionMessage | Exception:
+def _id_of(value: dict[str, object]) -> types.RequestId | None:
+    """The request's id when it is one JSON-RPC allows here (a string or an integer)."""
+    request_id = value.get("id")
+    if isinstance(request_id, str) or (
+        isinstance(request_id, int) and not isinstance(request_id, bool)
+    ):
+        return request_id
+    return None
+
+
+def _error_reply(code: int, message: str, request_id: types.RequestId | None) -> SessionMessage:
+    error = types.ErrorData(code=code, message=message)
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+def _parse(line: bytes) -> SessionMessage | _Reply | None:
+    """A message, or what to answer a line that is not one (``None``: nothing to answer).
+
+    JSON-RPC 2.0: a line that is not JSON (bad UTF-8 included) is a parse error (-32700,
+    id null); JSON that is not a valid request, notification or response is an invalid
+    request (-32600), with the line's id when it has a readable one (a string or an
+    integer), else null. A malformed *response* gets no answer: JSON-RPC never answers
+    a response. The returned exception is the error reply, wrapped for the reader.
+    """
     try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except Exception as exc:  # handed to the session as a transport error, as the SDK does
-        return exc
+        value = json.loads(line)
+    except ValueError:  # UnicodeDecodeError included
+        return _Reply(_error_reply(types.PARSE_ERROR, "Parse error: not valid JSON", None))
+    # An id that is present but not a string or an integer (an object, true, null) makes
+    # no valid message, though the models would read the line as a notification.
+    if not isinstance(value, dict) or "id" not in value or _id_of(value) is not None:
+        try:
+            parsed = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+            return SessionMessage(parsed)
+        except ValidationError:
+            pass
+    if not isinstance(value, dict):
+        reply = _error_reply(types.INVALID_REQUEST, "Invalid Request: not a JSON object", None)
+        return _Reply(reply)
+    if "method" not in value and ("result" in value or "error" in value):
+        return None
+    message = "Invalid Request: not a JSON-RPC 2.0 request or notification"
+    return _Reply(_error_reply(types.INVALID_REQUEST, message, _id_of(value)))
 
 
-async def _read_lines(fd: int, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+class _Reply(Exception):
+    """A line that is not a message; :attr:`reply` is the error response it gets."""
+
+    def __init__(self, reply: SessionMessage) -> None:
+        super().__init__("invalid JSON-RPC line")
+        self.reply = reply
+
+
+async def _read_lines(
+    fd: int,
+    send: MemoryObjectSendStream[SessionMessage | Exception],
+    replies: MemoryObjectSendStream[SessionMessage],
+) -> None:
+    """Hand every message to the session; answer every line that is not one.
+
+    ``replies`` is a clone of the session's write stream: an error response goes out
+    on the wire between the session's own messages, each message whole.
+    """
     regular = _is_regular_file(fd)
     buffer = bytearray()
     discarding = False
-    async with send:
+
+    async def deliver(line: bytes) -> None:
+        parsed = _parse(line)
+        if isinstance(parsed, _Reply):
+            await replies.send(parsed.reply)
+        elif parsed is not None:
+            await send.send(parsed)
+
+    async with send, replies:
         while True:
             await _ready(fd, regular=regular, write=False)
             try:
@@ -92,7 +159,7 @@ async def _read_lines(fd: int, send: MemoryObjectSendStream[SessionMessage | Exc
                 if len(line) > MAX_MESSAGE_BYTES:
                     await send.send(_too_long())
                 elif line.strip():
-                    await send.send(_parse(line))
+                    await deliver(line)
             if not discarding:
                 buffer += chunk[start:]
                 if len(buffer) > MAX_MESSAGE_BYTES:
@@ -100,7 +167,7 @@ async def _read_lines(fd: int, send: MemoryObjectSendStream[SessionMessage | Exc
                     discarding = True  # until the end of this line
                     await send.send(_too_long())
         if buffer.strip() and not discarding:
-            await send.send(_parse(bytes(buffer)))
+            await deliver(bytes(buffer))
 
 
 async def _write_messages(fd: int, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
@@ -159,7 +226,7 @@ async def stdio_transport() -> AsyncIterator[_Streams]:
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(_read_lines, wire_in, read_send)
+            group.start_soon(_read_lines, wire_in, read_send, write_send.clone())
             group.start_soon(_write_messages, wire_out, write_receive)
             try:
                 yield read_receive, write_send

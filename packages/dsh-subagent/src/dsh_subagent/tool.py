@@ -224,6 +224,22 @@ def render_foreground_failure(result: SubagentResult) -> str:
     return message
 
 
+_ARGUMENTS: Final = frozenset({"description", "prompt", "run_in_background"})
+_MAX_ARGUMENT_NAME_CHARS: Final = 64
+
+
+def _check_arguments(arguments: Mapping[str, object]) -> None:
+    """Refuse an argument the schema does not declare (``additionalProperties: false``).
+
+    The job tools refuse them the same way; a misspelt argument must not be ignored
+    silently (``run_in_backgroud: true`` would otherwise run in the foreground).
+    """
+    for name in arguments:
+        if name not in _ARGUMENTS:
+            shown = name if len(name) <= _MAX_ARGUMENT_NAME_CHARS else name[:63] + "…"
+            raise ToolError(f"unexpected argument {shown}")
+
+
 def _string_argument(arguments: Mapping[str, object], key: str) -> str:
     value = arguments.get(key)
     if not isinstance(value, str):
@@ -343,6 +359,7 @@ class SubagentTool:
     async def _call(self, arguments: Mapping[str, object], context: ToolCallContext) -> ToolResult:
         if context.parent is None:
             raise ToolError("subagent tool requires a calling agent (no parent context)")
+        _check_arguments(arguments)
         description = _string_argument(arguments, "description")
         prompt = _string_argument(arguments, "prompt")
         background = arguments.get("run_in_background", False)
