@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dsh_cli.errors import UsageError
@@ -30,7 +31,7 @@ def profile(tmp_path: Path) -> Path:
 def test_each_row_becomes_its_outcome_and_a_failure_is_a_row_never_an_exception(
     profile: Path, tmp_path: Path
 ) -> None:
-    batch = {
+    batch: dict[str, list[Any]] = {
         "id": ["ok", "fails", "empty", "token"],
         "task": [
             "hello",
