@@ -182,7 +182,7 @@ def local_cluster() -> Iterator[str]:
         RayUnavailableError: the cluster did not start.
     """
     temp = tempfile.mkdtemp(prefix="dshray-", dir=_temp_root())
-    port, *agent_ports = _free_ports(5)
+    (port,) = _free_ports(1)
     token = secrets.token_hex(32)
     # Loopback only (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray use 127.0.0.1 as the
     # node's address) and token authentication with a token of this batch only.
@@ -203,21 +203,6 @@ def local_cluster() -> Iterator[str]:
         "--include-dashboard=false",
         "--disable-usage-stats",
         f"--temp-dir={temp}",
-        # Fixed agent ports: with dynamic ones the raylet gives up when its agents take
-        # long to report theirs (a loaded machine).
-        *(
-            f"--{name}={agent_port}"
-            for name, agent_port in zip(
-                (
-                    "metrics-export-port",
-                    "dashboard-agent-grpc-port",
-                    "dashboard-agent-listen-port",
-                    "runtime-env-agent-port",
-                ),
-                agent_ports,
-                strict=True,
-            )
-        ),
     )
     # The workers see the environment dsh has (a profile's pass_env reads it), as they
     # would in a cluster ray.init starts; the products they start get a scrubbed one.
@@ -225,7 +210,8 @@ def local_cluster() -> Iterator[str]:
         **os.environ,
         **shared,
         "RAY_USAGE_STATS_ENABLED": "0",
-        # How long the raylet waits for its agents (slow to import on a loaded machine).
+        # How long the raylet waits for its agents to register (slow on a loaded machine;
+        # the raylet's wait for their port files stays Ray's own 15 s).
         "RAY_agent_register_timeout_ms": str(int(_READY_SECONDS * 1000)),
     }
     spec = SpawnSpec(
