@@ -13,8 +13,8 @@ task never fails the pipeline.
 
 This module imports nothing of Ray: Ray Data constructs and calls the class. An actor
 that dies mid-batch (node lost, OOM killer) leaves no product process: the products run
-under the host-death guard of the actor's process. Ray Data then runs that batch again
-on another actor (its task retries), from scratch.
+under the host-death guard of the actor's process; whether the batch runs again (from
+scratch, on a restarted actor) is Ray Data's actor-restart and task-retry policy.
 """
 
 from __future__ import annotations
