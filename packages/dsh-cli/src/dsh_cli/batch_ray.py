@@ -120,6 +120,8 @@ def run_on_ray(
                 return _drive(ray, plan, base_cwd, retries, results, err)
         except RayUnavailableError as exc:
             return Summary(0, 0, False, len(plan.tasks), f"could not reach Ray: {exc}")
+        except KeyboardInterrupt:  # Ctrl-C while Ray was starting: nothing ran
+            return Summary(0, 0, True, len(plan.tasks))
 
 
 def _drive(
