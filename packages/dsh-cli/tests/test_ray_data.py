@@ -7,6 +7,8 @@ host-death guard), so the test proves rows settle with their product trees gone.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +73,14 @@ def test_a_bad_target_fails_construction_and_starts_nothing(profile: Path) -> No
     with ProcessWatch() as watch, pytest.raises(UsageError, match="nope"):
         Delegate(str(profile), "nope")
     assert watch.seen == ()
+
+
+def test_nothing_imports_ray_unless_asked() -> None:
+    code = (
+        "import sys, dsh_cli.cli, dsh_cli.batch_ray, dsh_cli.ray_data\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'ray'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"
