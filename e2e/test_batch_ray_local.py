@@ -84,6 +84,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     # Short: Ray's unix socket paths under its temporary directory must fit in 107 bytes.
     root = Path(tmp_path_factory.mktemp("rl", numbered=True))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_", "RAY_"))}
+    # As on a user's machine: Ray's processes import from cached bytecode. Compiling Ray
+    # afresh in every process makes its agents miss the raylet's fixed 15 s start window
+    # on a loaded machine.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     for name in ("HOME", "TMPDIR"):
         (root / name.lower()).mkdir()
         env[name] = str(root / name.lower())
