@@ -111,6 +111,7 @@ def cluster() -> Iterator[Cluster]:
     # Short: Ray's unix socket paths under its temp dir must fit in 107 bytes.
     root = Path(tempfile.mkdtemp(prefix="dshray-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # Ray's agents must start within 15 s
     for name in ("HOME", "TMPDIR"):
         (root / name.lower()).mkdir()
         env[name] = str(root / name.lower())
