@@ -111,12 +111,12 @@ def cluster() -> Iterator[Cluster]:
     # Short: Ray's unix socket paths under its temp dir must fit in 107 bytes.
     root = Path(tempfile.mkdtemp(prefix="dshray-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # Ray's agents must start within 15 s
     for name in ("HOME", "TMPDIR"):
         (root / name.lower()).mkdir()
         env[name] = str(root / name.lower())
     env.update(
         RAY_USAGE_STATS_ENABLED="0",
-        RAY_ENABLE_UV_RUN_RUNTIME_ENV="0",  # workers run this venv's Python, not `uv run`
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # loopback only
         PROCESS_MARKER_FOR_DSH_RAY_TESTS=uuid.uuid4().hex,
     )
@@ -312,5 +312,6 @@ def test_a_ray_worker_killed_mid_task_leaves_no_product_and_is_failed_or_retried
         assert proc.returncode == 0, err
         assert (record["stop_reason"], record["answer"]) == ("completed", answer_for("victim"))
         assert batch.router.count("victim") == 2
-    assert out == ""  # Ray's own notice of the dead worker goes to stderr with dsh's lines
-    assert "A worker died or was killed" in err
+    assert out == ""
+    # Ray's own notice of the dead worker is dsh logging, shown with -v only.
+    assert all(line.startswith("dsh: ") for line in err.splitlines()), err

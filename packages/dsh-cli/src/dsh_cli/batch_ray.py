@@ -49,6 +49,7 @@ from dsh_cli.batch import BatchPlan, Summary, load_batch_profile, run_task, task
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile
 from dsh_cli.errors import ProfileError, UsageError
 from dsh_cli.loader import Composition
+from dsh_cli.ray_cluster import RayUnavailableError, connect_ray, import_ray
 from dsh_cli.runtime import open_runtime
 
 __all__ = ["BUNDLE_PROFILE", "check_ray", "import_ray", "run_on_ray"]
@@ -71,26 +72,6 @@ def _stage_bundle(stage: Path, profile: Path, files: str | None) -> None:
     target = stage / BUNDLE_PROFILE
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(profile, target)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
-
-
-def import_ray() -> Any:
-    """The ``ray`` module.
-
-    Raises:
-        UsageError: Ray is not installed.
-    """
-    try:
-        import ray
-    except ImportError:
-        raise UsageError(
-            "--ray needs Ray: pip install 'dsh-cli[ray]' (on every node of the cluster too)"
-        ) from None
-    return ray
 
 
 def check_ray(address: str | None) -> None:
@@ -132,26 +113,15 @@ def run_on_ray(
     Raises:
         UsageError: Ray is not installed.
     """
-    ray = import_ray()
     with tempfile.TemporaryDirectory(prefix="dsh-batch-") as stage:
         _stage_bundle(Path(stage), profile, files)
         try:
-            ray.init(
-                address=address,
-                runtime_env={"working_dir": stage},
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        except Exception as exc:
-            return Summary(0, 0, False, len(plan.tasks), f"could not reach Ray: {_first_line(exc)}")
-        # Ray prints its own notices (e.g. that a worker died) on stdout, up to and during
-        # its shutdown; dsh batch's output is the results file, so they join dsh's lines
-        # on stderr.
-        with contextlib.redirect_stdout(err):
-            try:
+            with connect_ray(address, {"working_dir": stage}) as ray:
                 return _drive(ray, plan, base_cwd, retries, results, err)
-            finally:
-                ray.shutdown()
+        except RayUnavailableError as exc:
+            return Summary(0, 0, False, len(plan.tasks), f"could not reach Ray: {exc}")
+        except KeyboardInterrupt:  # Ctrl-C while Ray was starting: nothing ran
+            return Summary(0, 0, True, len(plan.tasks))
 
 
 def _drive(

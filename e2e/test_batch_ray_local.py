@@ -1,0 +1,194 @@
+"""``dsh batch --ray`` without an address: the local cluster dsh starts for the batch.
+
+The real ``dsh`` executable is the driver (started as a terminal starts it, in a session
+of its own, stdout and stderr pipes, i.e. not a TTY), the product is the example
+provider's scripted child. Every process of the run carries a marker in its environment
+(Ray's processes inherit dsh's environment), so the accounting sees every Ray process
+the batch started, wherever it was re-parented. This process is a child subreaper, so
+nothing escapes to init either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from dsh_subprocess.testing import become_subreaper, reap_adopted_zombies
+
+pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+
+pytestmark = pytest.mark.keyless
+
+DSH = Path(sys.executable).with_name("dsh")
+REPO = Path(__file__).resolve().parents[1]
+MARKER_NAME = "PROCESS_MARKER_FOR_DSH_RAY_LOCAL_TESTS"
+GONE_WITHIN_SECONDS = 30.0
+"""Separates the guard's kill (at once) from Ray's own orphan checks (about a minute).
+
+Without the guard Ray's agents outlive a SIGKILLed driver by about a minute; the guard
+SIGKILLs the whole tree as soon as dsh's lifeline closes. The bound is loose on purpose
+(a loaded 2-core machine); the measured figure is printed.
+"""
+
+
+@dataclass
+class Run:
+    root: Path
+    env: dict[str, str]
+    marker: str
+    profile: Path
+
+    def marked(self) -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get(MARKER_NAME) == self.marker:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return [proc for proc in found if _alive(proc)]
+
+    def argv(self, tasks: Path, *extra: str) -> list[str]:
+        out = self.root / "results.jsonl"
+        profile = str(self.profile)
+        command = ["batch", profile, "subagent_example", str(tasks), "--out", str(out)]
+        return [str(DSH), *command, *extra, "--ray"]
+
+    def tasks(self, *lines: dict[str, str]) -> Path:
+        path = self.root / "tasks.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        return path
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@pytest.fixture
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    become_subreaper()
+    # Short: Ray's unix socket paths under its temporary directory must fit in 107 bytes.
+    root = Path(tmp_path_factory.mktemp("rl", numbered=True))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_", "RAY_"))}
+    # As on a user's machine: Ray's processes import from cached bytecode. Compiling Ray
+    # afresh in every process makes its agents miss the raylet's fixed 15 s start window
+    # on a loaded machine.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    for name in ("HOME", "TMPDIR"):
+        (root / name.lower()).mkdir()
+        env[name] = str(root / name.lower())
+    marker = uuid.uuid4().hex
+    env[MARKER_NAME] = marker
+    ready = root / "ready"
+    ready.mkdir()
+    profile = root / "profile.toml"
+    profile.write_text(
+        '[[providers]]\ntype = "example"\n\n[providers.config.env]\n'
+        f"DSH_CONTRACT_READY_DIR = {json.dumps(str(ready))}\n\n"
+        '[[tools]]\nname = "subagent_example"\nprovider = "example"\n'
+        'background_mode = "disabled"\n',
+        encoding="utf-8",
+    )
+    box = Run(root, env, marker, profile)
+    try:
+        yield box
+    finally:
+        left = box.marked()
+        for proc in left:
+            proc.kill()
+        reap_adopted_zombies()
+        assert not left, f"left behind: {[proc.name() for proc in left]}"
+        assert not (root / "home" / ".ray").exists(), "Ray wrote to the home directory"
+
+
+def test_a_local_cluster_runs_the_batch_prints_only_dshs_lines_and_is_gone_after(
+    run: Run,
+) -> None:
+    tasks = run.tasks({"id": "a", "task": "hello"}, {"id": "b", "task": "hello"})
+    done = subprocess.run(
+        run.argv(tasks),
+        env=run.env,
+        cwd=run.root,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert all(line.startswith("dsh: ") for line in lines), lines  # no Ray notice, no colour
+    assert lines[-1].startswith("dsh: batch: 2 completed, 0 failed; results in")
+    assert run.marked() == []  # every process of the cluster is gone once dsh exits
+
+
+def test_uv_run_dsh_batch_ray_works_in_a_uv_project(run: Run) -> None:
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not on PATH: `uv run` cannot be tried here")
+    tasks = run.tasks({"id": "a", "task": "hello"})
+    # `uv run` in this project, as a uv user starts dsh; the bundle has no pyproject.toml.
+    done = subprocess.run(
+        [uv, "run", "--no-sync", "--project", str(REPO), "dsh", *run.argv(tasks)[1:]],
+        env=run.env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("dsh: batch: 1 completed, 0 failed")
+
+
+def test_after_dsh_is_sigkilled_mid_batch_every_process_of_its_cluster_is_gone(
+    run: Run,
+) -> None:
+    tasks = run.tasks({"id": "held", "task": "dsh-contract/1 hold T-5ca1ab1e"})
+    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
+        run.argv(tasks),
+        env=run.env,
+        cwd=run.root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        while not (run.root / "ready" / "T-5ca1ab1e").exists():  # the product is mid-task
+            if proc.poll() is not None:
+                pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
+            time.sleep(0.1)
+        cluster = run.marked()
+        names = {p.name() for p in cluster}
+        assert {"raylet", "gcs_server"} <= names, names
+        assert any(name.startswith("ray::") for name in names), names
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        killed = time.monotonic()
+        _, alive = psutil.wait_procs(cluster, timeout=60)
+        gone_after = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    assert alive == [], [p.name() for p in alive]
+    print(f"every cluster process gone {gone_after:.2f} s after the SIGKILL")
+    assert gone_after < GONE_WITHIN_SECONDS

@@ -1,0 +1,79 @@
+"""The Ray side of ``dsh batch --ray`` without a cluster: Ray's uv hook, its output, errors."""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dsh_cli.logs import cli_logging
+from dsh_cli.ray_cluster import import_ray, one_line, ray_output_as_logging
+
+pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def under_uv_run(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Ray believes the driver runs under ``uv run`` in a project (this repository)."""
+    from ray._private.runtime_env import uv_runtime_env_hook
+
+    def uv_run_cmdline() -> list[str]:
+        return ["uv", "run", "dsh", "batch"]
+
+    monkeypatch.setattr(uv_runtime_env_hook, "_get_uv_run_cmdline", uv_run_cmdline)
+    monkeypatch.chdir(REPO)  # a pyproject.toml outside the bundle, as for a uv user
+    return import_ray()
+
+
+def test_under_uv_run_rays_hook_is_off_and_the_bundle_is_the_working_dir(
+    under_uv_run: Any, tmp_path: Path
+) -> None:
+    from ray._private import ray_constants
+    from ray._private.worker import _maybe_modify_runtime_env
+
+    bundle = {"working_dir": str(tmp_path)}
+    assert _maybe_modify_runtime_env(dict(bundle), False) == bundle
+    # Deliberate, and what it prevents: with the hook on, ray.init fails under `uv run`
+    # because the bundle has no pyproject.toml (workers would re-run `uv run` in it).
+    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = True
+    try:
+        with pytest.raises(RuntimeError, match=r"pyproject\.toml is not in the working_dir"):
+            _maybe_modify_runtime_env(dict(bundle), False)
+    finally:
+        import_ray()
+    assert ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV is False
+
+
+def test_an_error_is_one_whole_line() -> None:
+    exc = RuntimeError("Your pyproject.toml is not in the working_dir\n  so the workers\tfail.")
+    assert one_line(exc) == (
+        "RuntimeError: Your pyproject.toml is not in the working_dir so the workers fail."
+    )
+    long = one_line(ValueError("x" * 10_000))
+    assert "\n" not in long
+    assert len(long) == 4096
+    assert long.endswith("…")
+    assert one_line(ConnectionError()) == "ConnectionError"
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_rays_records_and_prints_reach_stderr_only_with_v(verbose: bool) -> None:
+    import_ray()
+    stream = io.StringIO()
+    ray_logger = logging.getLogger("ray")
+    handlers = list(ray_logger.handlers)
+    with cli_logging(verbose=verbose, stream=stream), ray_output_as_logging():
+        ray_logger.warning("Token authentication is enabled for this Ray cluster.")
+        print("\x1b[33mA worker died or was killed\x1b[0m while executing a task")
+    assert ray_logger.handlers == handlers  # Ray's own handler is back afterwards
+    if verbose:
+        assert stream.getvalue().splitlines() == [
+            "ray: Token authentication is enabled for this Ray cluster.",
+            "dsh.product.ray: A worker died or was killed while executing a task",
+        ]
+    else:
+        assert stream.getvalue() == ""
