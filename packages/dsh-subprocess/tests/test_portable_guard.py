@@ -9,6 +9,7 @@ there.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -128,3 +129,63 @@ async def test_the_host_exit_path_leaves_the_kill_to_the_guard(tmp_path: Path) -
     assert facts == ExitFacts(exit_code=None, signal="SIGKILL")  # reaped by a living guard
     await proc.terminate()
     assert alive([guard]) == []
+
+
+# A host that spawns, under the portable guard, a product whose child left the session
+# and records every SIGTERM it gets while ignoring it; it prints the tree's pids, then
+# idles until it is killed. The escapee's stdout and stderr go to /dev/null once it has said
+# "escaped": a write to the dead host's pipe would end it by SIGPIPE, not by the guard.
+_ASKING_HOST = """
+import json, os, sys
+import anyio
+from dsh_subprocess import SpawnSpec, spawn
+
+os.environ["DSH_SUBPROCESS_GUARD"] = "portable"
+SCRIPT = (
+    "setsid sh -c \\"trap 'echo TERM >> events' TERM; echo escaped; exec >/dev/null 2>&1; "
+    "while :; do sleep 0.05; done\\" & echo ready; wait"
+)
+
+async def main(cwd):
+    proc = await spawn(SpawnSpec(argv=("/bin/sh", "-c", SCRIPT), cwd=cwd, grace=30.0))
+    seen = b""
+    while b"escaped" not in seen or b"ready" not in seen:
+        seen += await proc.stdout.receive()
+    while len(pids := proc.tree_pids()) < 4:  # guard, product, escapee, its sleep
+        await anyio.sleep(0.01)
+    print(json.dumps(sorted(pids)), flush=True)
+    await anyio.sleep(3600)
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+async def test_a_killed_host_s_tree_is_asked_to_stop_then_killed(tmp_path: Path) -> None:
+    # Host death: the escapee is not in the guard's group and ignores SIGTERM. It records
+    # the guard's SIGTERM, and is gone afterwards though the spec's grace is 30 s: the
+    # guard caps it on host death (a dead host waits for no answer).
+    host_py = tmp_path / "host.py"
+    host_py.write_text(_ASKING_HOST)
+    host = await spawn(
+        SpawnSpec(
+            argv=(sys.executable, str(host_py), str(tmp_path)),
+            cwd=str(tmp_path),
+            stdin="devnull",
+            host_death_guard=False,
+            grace=0.5,
+        )
+    )
+    try:
+        assert host.stdout is not None
+        line = b""
+        with anyio.fail_after(_HANG_GUARD_SECONDS):
+            while not line.endswith(b"\n"):
+                line += await host.stdout.receive()
+        tree = snapshot(json.loads(line))
+        psutil.Process(host.pid).send_signal(signal.SIGKILL)
+        with anyio.fail_after(_HANG_GUARD_SECONDS):
+            while alive(tree):  # noqa: ASYNC110 - other processes' exits have no event here
+                await anyio.sleep(0.01)
+    finally:
+        await host.terminate()
+    assert (tmp_path / "events").read_text().splitlines() == ["TERM"]
