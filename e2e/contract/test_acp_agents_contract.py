@@ -105,8 +105,10 @@ class TestOpenCodeContract(_AgentContract):
         reason="opencode 1.18.33: a second parallel process with the same state "
         "directories exits 1 during initialize (docs/agents.md#opencode)",
     )
-    async def test_parallel_runs_settle_independently(self, contract: ContractHarness) -> None:
-        await super().test_parallel_runs_settle_independently(contract)
+    async def test_parallel_runs_settle_independently(
+        self, contract: ContractHarness, pytestconfig: pytest.Config
+    ) -> None:
+        await super().test_parallel_runs_settle_independently(contract, pytestconfig)
 
 
 # Copilot CLI 1.0.102 reports a failed model request as answer text and ends the turn
@@ -136,5 +138,7 @@ class TestCopilotContract(_AgentContract):
         await super().test_diagnostic_is_bounded(contract)
 
     @pytest.mark.xfail(strict=True, reason=_COPILOT_FAILS_AS_TEXT)
-    def test_no_planted_secret_leaks(self, contract: ContractHarness, anyio_backend: str) -> None:
-        super().test_no_planted_secret_leaks(contract, anyio_backend)
+    def test_no_planted_secret_leaks(
+        self, contract: ContractHarness, anyio_backend: str, pytestconfig: pytest.Config
+    ) -> None:
+        super().test_no_planted_secret_leaks(contract, anyio_backend, pytestconfig)
