@@ -60,5 +60,7 @@ def test_an_action_on_a_retired_runtime_fails_the_lint(tmp_path: Path) -> None:
 
 
 def test_the_acp_agents_node_is_a_supported_lts() -> None:
-    (version,) = re.findall(r'node-version: "(\d+)"', WORKFLOW.read_text(encoding="utf-8"))
-    assert int(version) in {22, 24}  # Maintenance and Active LTS lines (20 reached its end)
+    versions = re.findall(r'node-version: "(\d+)"', WORKFLOW.read_text(encoding="utf-8"))
+    assert versions, "no job installs Node"
+    for version in versions:  # the main job and the known-agents job
+        assert int(version) in {22, 24}  # Maintenance and Active LTS lines (20 reached its end)

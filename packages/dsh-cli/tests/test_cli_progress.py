@@ -162,6 +162,7 @@ def test_json_is_one_record_on_stdout(sandbox: Sandbox) -> None:
         "usage",
         "changes",
         "elapsed_seconds",
+        "continuation",
     }
     assert record["answer"] == TOKEN
     assert record["stop_reason"] == "completed"

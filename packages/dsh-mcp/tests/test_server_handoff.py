@@ -100,7 +100,12 @@ async def test_without_job_tools_a_long_call_stays_in_the_foreground(box: Sandbo
         (box.ready / gate).touch()
     (result,) = results
     assert _text(result) == token  # the answer itself, not a job id
-    assert result.structured_content == {"text": token, "stop_reason": "completed", "usage": None}
+    assert result.structured_content == {
+        "text": token,
+        "stop_reason": "completed",
+        "usage": None,
+        "changes": None,
+    }
 
 
 def test_the_default_bound_is_below_what_clients_wait() -> None:

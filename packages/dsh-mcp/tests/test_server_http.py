@@ -251,6 +251,7 @@ async def test_a_sessions_end_kills_its_jobs_and_frees_their_slots(box: Sandbox)
             "text": token,
             "stop_reason": "completed",
             "usage": None,
+            "changes": None,
         }
         assert listed.content[0].type == "text"
         assert "subagent-1" not in listed.content[0].text

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 
 import psutil
 import pytest
-from dsh_subprocess import _guard_server, _tree, guard_server_pid, shutdown_guard_server
+from dsh_subprocess import (
+    ManagedProcess,
+    _guard_server,
+    _tree,
+    guard_server_pid,
+    shutdown_guard_server,
+)
 from dsh_subprocess._spawn import GUARD_MODE_VARIABLE
 from dsh_subprocess.testing import alive
 
@@ -80,6 +87,15 @@ def sent_signals(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         sent.append(signum)
         real_process(proc, signum)
 
+    # The host's escalation under the portable guard is a request to the guard (which
+    # then SIGKILLs what it has seen): it is the host's SIGKILL, carried by the guard.
+    real_ask = ManagedProcess._ask_guard_to_kill
+
+    def ask_guard_to_kill(self: ManagedProcess) -> None:
+        sent.append(signal.SIGKILL)
+        real_ask(self)
+
     monkeypatch.setattr(_tree, "signal_group", signal_group)
     monkeypatch.setattr(_tree, "signal_process", signal_process)
+    monkeypatch.setattr(ManagedProcess, "_ask_guard_to_kill", ask_guard_to_kill)
     return sent

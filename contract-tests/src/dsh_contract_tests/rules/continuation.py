@@ -5,6 +5,7 @@ the ``continuation`` capability (opt-in; a provider without it only has to be ho
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -36,10 +37,11 @@ _NOT_DECLARED = "the provider does not declare the 'continuation' capability (op
 
 
 async def _complete(
-    contract: ContractHarness, svc: ServiceDriver, **fields: Any
+    contract: ContractHarness, svc: ServiceDriver, cwd: Path | None = None, **fields: Any
 ) -> tuple[SubagentResult, str]:
     """One ``complete`` run, disposed and checked quiescent; its result and token."""
-    request, directive, _ = contract.request("complete", cwd=contract.workspace(), **fields)
+    workspace = cwd if cwd is not None else contract.workspace()
+    request, directive, _ = contract.request("complete", cwd=workspace, **fields)
     run = await contract.start(svc, request)
     try:
         result = await contract.result(run)
@@ -95,10 +97,12 @@ async def test_continued_run_sees_the_earlier_turn(
     if not provider.capabilities.continuation:
         kit_skip(_NOT_DECLARED)
     async with contract.service(provider) as svc:
-        first, token = await _complete(contract, svc)
+        # A follow-up continues in the same workspace (a product may key sessions by it).
+        workspace = contract.workspace()
+        first, token = await _complete(contract, svc, workspace)
         handle = _handle_of(first, provider)
         # The first run's whole tree is gone: _complete checked quiescence after dispose.
-        request, _, _ = contract.request("recall", cwd=contract.workspace(), resume=handle)
+        request, _, _ = contract.request("recall", cwd=workspace, resume=handle)
         run = await contract.start(svc, request)
         try:
             second = await contract.result(run)

@@ -224,7 +224,9 @@ def render_foreground_failure(result: SubagentResult) -> str:
     return message
 
 
-_ARGUMENTS: Final = frozenset({"description", "prompt", "run_in_background"})
+# continue_id is known even where the schema does not offer it: an id this parent session
+# was not given gets the one fixed continuation refusal, never a different error.
+_ARGUMENTS: Final = frozenset({"description", "prompt", "run_in_background", "continue_id"})
 _MAX_ARGUMENT_NAME_CHARS: Final = 64
 
 
