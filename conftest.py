@@ -46,6 +46,7 @@ def pytest_report_header() -> list[str]:
         f"({', '.join(_ACP_AGENT_MODULES)}); set DSH_TEST_ACP_AGENTS=1 to run them"
     ]
 
+
 _LEFTOVER_GRACE_SECONDS = 3.0
 
 
