@@ -52,7 +52,7 @@ def instance_name(provider: str, tool: str) -> str:
 
 def _settings(
     tool: ToolRow, index: int, base: Worktree | None, raw: Mapping[str, Any]
-) -> Worktree | None | list[str]:
+) -> Worktree | list[str] | None:
     """The tool's effective isolation, or its problem lines."""
     if not isinstance(tool.worktree, dict):
         return None  # ``worktree = false``
@@ -69,9 +69,7 @@ def _same(one: Worktree | None, other: Worktree | None) -> bool:
     return one.model_dump() == other.model_dump()
 
 
-def _second_instance(
-    source: BuiltRow, name: str
-) -> tuple[BaseModel, SubagentProvider] | None:
+def _second_instance(source: BuiltRow, name: str) -> tuple[BaseModel, SubagentProvider] | None:
     """The provider row's class and configuration again, named ``name``; ``None`` when the
     class's configuration takes no such name."""
     try:
