@@ -460,3 +460,31 @@ async def test_the_model_facing_tools_honour_each_tool_rows_isolation(
     assert _git(repo, "show", f"{branch}:edited.txt") == "via iso"
     assert in_place.text == "done"  # no Changes line: not isolated
     assert (repo / "edited.txt").read_text(encoding="utf-8") == "via plain\n"
+
+
+class FixedConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FixedEntry(ScriptedProvider):
+    """A provider whose configuration takes no ``provider_name``: one name only."""
+
+    Config: ClassVar[type[FixedConfig]] = FixedConfig
+
+    def __init__(self, config: FixedConfig) -> None:
+        super().__init__("fixed")
+
+
+def test_a_provider_that_takes_no_second_name_cannot_isolate_one_tool(tmp_path: Path) -> None:
+    path = tmp_path / "fixed.toml"
+    path.write_text(
+        '[[providers]]\ntype = "fixed"\n\n[[tools]]\nname = "iso"\nprovider = "fixed"\n'
+        'background_mode = "disabled"\n[tools.worktree]\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ProfileError) as info:
+        load_profile(path, discovery=StaticDiscovery({"fixed": [FixedEntry]}))
+    assert info.value.problems == (
+        "tools row 1 ('iso') field 'worktree': provider type 'fixed' cannot be given a second "
+        "instance name ('fixed@iso'); isolate a separate provider row instead",
+    )
