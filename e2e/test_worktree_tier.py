@@ -43,6 +43,7 @@ pytestmark = pytest.mark.keyless
 DSH = Path(sys.executable).with_name("dsh")
 HOST = str(Path(__file__).with_name("worktree_host.py"))
 MARKER = re.compile(r"WT-TASK ([a-z0-9-]+)")
+READ_ONLY = re.compile(r"WT-READ ([a-z0-9-]+)")  # answered at once, no tool call
 DEADLINE = 120.0  # a failure bound for a loaded machine, never a timing
 
 Product = Literal["codex", "claude-code"]
@@ -76,6 +77,11 @@ class Router:
     answered: list[str] = field(default_factory=list)
 
     def codex(self, request: responses.RecordedRequest) -> responses.Behaviour | None:
+        read_only = READ_ONLY.search(json.dumps(request.body))
+        if read_only is not None:
+            with self.lock:
+                self.answered.append(read_only.group(1))
+            return responses.PlainAnswer(f"READ-{read_only.group(1)}", "final_answer")
         found = MARKER.search(json.dumps(request.body))
         if found is None:
             return None
@@ -137,6 +143,22 @@ class Setup:
             'background_mode = "disabled"',
         ]
         path = self.root / ("isolated.toml" if isolated else "profile.toml")
+        path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
+        return path
+
+    def tool_rows_profile(self) -> Path:
+        """One Codex provider row, not isolated; two tool rows bound to it, the second
+        isolated by its own ``[tools.worktree]`` table."""
+        sections = [
+            '[[providers]]\ntype = "codex"\nprovider_name = "codex-keyless"',
+            _table("providers.config", self.codex_config, skip="env"),
+            _table("providers.config.env", self.codex_config["env"]),
+            '[[tools]]\nname = "subagent_codex"\nprovider = "codex-keyless"\n'
+            'background_mode = "disabled"',
+            '[[tools]]\nname = "subagent_codex_isolated"\nprovider = "codex-keyless"\n'
+            'background_mode = "disabled"\n[tools.worktree]\nbranch = "iso/{id}"',
+        ]
+        path = self.root / "tool-rows.toml"
         path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
         return path
 
@@ -325,6 +347,65 @@ async def test_two_concurrent_mcp_calls_edit_in_their_own_worktrees(setup: Setup
         )
         changes[task_id] = change
     _assert_branches(setup, changes, before)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_mcp_honours_a_tool_rows_own_isolation(setup: Setup) -> None:
+    # Two tool rows of one provider row: only the one whose row sets [tools.worktree]
+    # works in a worktree and makes a branch; the other runs in the workspace itself
+    # (its task reads only, so the main tree must stay exactly as it was).
+    before = setup.main_state()
+    branches_before = git(setup.repo, "branch", "--format=%(refname:short)").split()
+    params = StdioServerParameters(
+        command=str(DSH),
+        args=["mcp", str(setup.tool_rows_profile()), "--workspace", str(setup.repo)],
+        env=setup.env,
+        cwd=str(setup.root),
+    )
+    results: dict[str, Any] = {}
+    with ProcessWatch() as watch:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            listed = await session.list_tools()
+
+            async def call(tool: str, prompt: str) -> None:
+                results[tool] = await session.call_tool(
+                    tool, {"description": tool, "prompt": prompt}
+                )
+
+            with anyio.fail_after(DEADLINE):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(call, "subagent_codex_isolated", task_text("mcp-iso"))
+                    group.start_soon(
+                        call, "subagent_codex", "WT-READ mcp-plain: answer, change nothing."
+                    )
+        assert await anyio.to_thread.run_sync(watch.wait_gone, 10.0) == []
+        assert "codex" in {p.name for p in watch.seen}
+    assert {tool.name for tool in listed.tools} == {"subagent_codex", "subagent_codex_isolated"}
+    isolated = results["subagent_codex_isolated"]
+    plain = results["subagent_codex"]
+    assert isolated.is_error is False, isolated.content
+    assert plain.is_error is False, plain.content
+    assert isolated.structured_content is not None
+    assert plain.structured_content is not None
+    assert plain.structured_content["stop_reason"] == COMPLETED
+    assert plain.structured_content["changes"] is None
+    assert plain.structured_content["text"] == "READ-mcp-plain"
+    assert isolated.structured_content["stop_reason"] == COMPLETED
+    change = isolated.structured_content["changes"]
+    assert change["branch"].startswith("iso/")
+    assert isolated.structured_content["text"] == (
+        f"EDITED-mcp-iso\nChanges: committed on branch {change['branch']} (1 files "
+        f"changed, 1 insertions(+), 1 deletions(-)), commit {change['commit'][:12]}"
+    )
+    _assert_branches(setup, {"mcp-iso": change}, before)  # main tree, index, stash untouched
+    branches = git(setup.repo, "branch", "--format=%(refname:short)").split()
+    assert sorted(branches) == sorted([*branches_before, change["branch"]])
+    assert sorted(setup.router.answered) == ["mcp-iso", "mcp-plain"]
 
 
 def _read(path: Path) -> str:

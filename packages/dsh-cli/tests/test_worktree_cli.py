@@ -1,4 +1,5 @@
-"""``--worktree``, the profile's ``[providers.worktree]`` and ``dsh worktrees``, on real git.
+"""``--worktree``, the profile's ``[providers.worktree]`` and ``[tools.worktree]``, and
+``dsh worktrees``, on real git.
 
 The provider is a scripted double that writes a file into its cwd when it starts (the
 real products editing through their own tools are the e2e worktree tier's).
@@ -12,10 +13,18 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from dsh_cli import StaticDiscovery
+from dsh_cli import Composition, ProfileError, StaticDiscovery, load_profile, open_runtime
 from dsh_cli.cli import main
-from dsh_subagent import ResolvedSubagentStartRequest, SubprocessRunHandle, TextBlock
+from dsh_subagent import (
+    CancelController,
+    ParentContext,
+    ResolvedSubagentStartRequest,
+    SubprocessRunHandle,
+    TextBlock,
+)
 from dsh_subagent.testing import Script, ScriptedProvider
+from dsh_subagent.tool import ToolCallContext, run_tool_call
+from dsh_worktree import Worktree, WorktreeProvider
 from pydantic import BaseModel, ConfigDict
 
 
@@ -246,3 +255,236 @@ def test_worktrees_outside_a_repository_is_a_usage_error(
     assert _dsh("worktrees", "list", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert err.startswith("dsh: error: worktree: the cwd is not inside a git repository")
+
+
+# -- a tool row's own isolation ---------------------------------------------------------
+
+
+def _two_tools(tmp_path: Path, provider_extra: str, plain_extra: str, iso_extra: str) -> Path:
+    """One provider row, two tool rows bound to it: ``plain`` and ``iso``."""
+    path = tmp_path / "tools.toml"
+    path.write_text(
+        f"""
+[[providers]]
+type = "editing"
+provider_name = "worker"
+{provider_extra}
+
+[[tools]]
+name = "plain"
+provider = "worker"
+background_mode = "disabled"
+{plain_extra}
+
+[[tools]]
+name = "iso"
+provider = "worker"
+background_mode = "disabled"
+{iso_extra}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _compose_file(path: Path) -> Composition:
+    return load_profile(path, discovery=DISCOVERY)
+
+
+@pytest.mark.parametrize(
+    ("provider_extra", "plain_extra", "iso_extra", "iso_settings", "plain_settings"),
+    [
+        # Only the tool row isolates: the tool gets its own instance, the other shares.
+        ("", "", "[tools.worktree]\nkeep = true", {"keep": True}, None),
+        ("", "", "[tools.worktree]\n", {}, None),
+        # The tool row's table is laid field by field over the provider row's.
+        (
+            "[providers.worktree]\nbranch = 'agent/{id}'\nbase = 'main'",
+            "",
+            "[tools.worktree]\nbranch = 'iso/{id}'",
+            {"branch": "iso/{id}", "base": "main"},
+            {"branch": "agent/{id}", "base": "main"},
+        ),
+        # `worktree = false` turns the provider row's isolation off for that tool.
+        ("[providers.worktree]\n", "worktree = false", "", {}, None),
+    ],
+)
+def test_a_tool_rows_worktree_overrides_its_provider_rows(
+    tmp_path: Path,
+    provider_extra: str,
+    plain_extra: str,
+    iso_extra: str,
+    iso_settings: dict[str, object],
+    plain_settings: dict[str, object] | None,
+) -> None:
+    composition = _compose_file(_two_tools(tmp_path, provider_extra, plain_extra, iso_extra))
+    for tool, expected in (("iso", iso_settings), ("plain", plain_settings)):
+        loaded = composition.provider(composition.instance_for(tool))
+        if expected is None:
+            assert loaded.worktree is None, tool
+            assert not isinstance(loaded.provider, WorktreeProvider), tool
+        else:
+            assert loaded.worktree == Worktree.model_validate(expected), tool
+            assert isinstance(loaded.provider, WorktreeProvider), tool
+            assert loaded.provider.settings == loaded.worktree
+    bound = {tool: composition.instance_for(tool) for tool in ("plain", "iso")}
+    # Exactly one of the two tools differs from the provider row and gets its own instance.
+    own = [tool for tool, name in bound.items() if name != "worker"]
+    assert len(own) == 1
+    assert bound[own[0]] == f"worker@{own[0]}"
+    assert composition.provider(bound[own[0]]).tool == own[0]
+    assert [p.name for p in composition.providers] == ["worker", f"worker@{own[0]}"]
+
+
+def test_a_tool_row_repeating_its_provider_rows_isolation_shares_the_instance(
+    tmp_path: Path,
+) -> None:
+    profile = _two_tools(
+        tmp_path, "[providers.worktree]\nkeep = true", "", "[tools.worktree]\nkeep = true"
+    )
+    composition = _compose_file(profile)
+    assert [p.name for p in composition.providers] == ["worker"]
+    assert composition.instance_for("iso") == composition.instance_for("plain") == "worker"
+
+
+@pytest.mark.parametrize(
+    ("provider_extra", "iso_extra", "line"),
+    [
+        (
+            "",
+            "[tools.worktree]\nbranch = 'x/{name}'",
+            "tools row 2 ('iso') field 'worktree.branch': Value error, may use only the {id} "
+            "placeholder",
+        ),
+        ("", "[tools.worktree]\nbogus = 1", "tools row 2 ('iso') field 'worktree.bogus': unknown"),
+        ("", "[tools.worktree]\nkeep = 'yes'", "tools row 2 ('iso') field 'worktree.keep': "),
+        (
+            "[providers.worktree]\n",
+            "[tools.worktree]\nbase = '-x'",
+            "tools row 2 ('iso') field 'worktree.base': Value error, is not a ref",
+        ),
+        (
+            "",
+            "worktree = true",
+            "tools row 2 ('iso') field 'worktree': Value error, must be a table of worktree "
+            "settings ({} for the defaults) or false",
+        ),
+        (
+            "[providers.config]\ncwd = '.'",
+            "[tools.worktree]\n",
+            "tools row 2 ('iso') field 'worktree': worktree: provider \"worker@iso\" "
+            "configures a cwd",
+        ),
+    ],
+)
+def test_a_bad_tool_row_worktree_is_a_profile_error_and_nothing_starts(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], provider_extra: str,
+    iso_extra: str, line: str,
+) -> None:  # fmt: skip
+    profile = _two_tools(tmp_path, provider_extra, "", iso_extra)
+    assert _dsh("check", str(profile)) == 2
+    err = capsys.readouterr().err
+    assert line in err, err
+    assert "Traceback" not in err
+    code = _dsh("run", str(profile), "iso", "never runs", "--cwd", str(repo))
+    assert code == 2
+    assert line in capsys.readouterr().err
+    assert _git(repo, "branch", "--format=%(refname:short)") == "main"
+    assert _git(repo, "status", "--porcelain") == ""
+    assert not (tmp_path / "home" / ".cache" / "dsh").exists()
+
+
+def test_a_second_instance_name_taken_by_a_provider_row_is_refused(tmp_path: Path) -> None:
+    profile = _two_tools(
+        tmp_path,
+        '\n[[providers]]\ntype = "editing"\nprovider_name = "worker@iso"',
+        "",
+        "[tools.worktree]\n",
+    )
+    with pytest.raises(ProfileError) as info:
+        _compose_file(profile)
+    assert info.value.problems == (
+        "tools row 2 ('iso') field 'worktree': its own instance would be named 'worker@iso', "
+        "which a provider row already uses; rename that provider row",
+    )
+
+
+def test_only_the_isolated_tool_row_makes_a_branch_and_check_shows_both(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = _two_tools(tmp_path, "", "", "[tools.worktree]\nbranch = 'iso/{id}'")
+    assert _dsh("check", str(profile)) == 0
+    shown = capsys.readouterr().out
+    assert "  worker@iso  [type editing, row 1, for tool 'iso'] " in shown
+    assert "isolation: a git worktree per run (base='HEAD', branch='iso/{id}'" in shown
+    assert "  plain -> worker (background: disabled)" in shown
+    assert "  iso -> worker@iso (background: disabled)" in shown
+
+    assert _dsh("run", str(profile), "iso", "isolated", "--cwd", str(repo), "--json") == 0
+    changes = json.loads(capsys.readouterr().out)["changes"]
+    assert changes["branch"].startswith("iso/")
+    assert _git(repo, "show", f"{changes['branch']}:edited.txt") == "isolated"
+    assert _git(repo, "status", "--porcelain") == ""  # the main tree untouched
+
+    assert _dsh("run", str(profile), "plain", "in place", "--cwd", str(repo), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["changes"] is None
+    assert (repo / "edited.txt").read_text(encoding="utf-8") == "in place\n"  # not isolated
+    branches = _git(repo, "branch", "--format=%(refname:short)").split()
+    assert sorted(branches) == sorted(["main", changes["branch"]])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_model_facing_tools_honour_each_tool_rows_isolation(
+    repo: Path, tmp_path: Path
+) -> None:
+    # What dsh mcp and both framework adapters call: the tools open_runtime binds.
+    profile = _two_tools(tmp_path, "[providers.worktree]\n", "worktree = false", "")
+    composition = _compose_file(profile)
+    parent = ParentContext(session_id="lead", cwd=str(repo))
+    async with open_runtime(composition) as runtime:
+        isolated, in_place = [
+            await run_tool_call(
+                runtime.tools[name],
+                {"description": name, "prompt": f"via {name}"},
+                ToolCallContext(parent=parent, cancel=CancelController().signal),
+            )
+            for name in ("iso", "plain")
+        ]
+    assert not isolated.is_error
+    assert not in_place.is_error
+    (branch,) = [
+        b for b in _git(repo, "branch", "--format=%(refname:short)").split() if b != "main"
+    ]
+    assert isolated.text.startswith(f"done\nChanges: committed on branch {branch} (1 files")
+    assert _git(repo, "show", f"{branch}:edited.txt") == "via iso"
+    assert in_place.text == "done"  # no Changes line: not isolated
+    assert (repo / "edited.txt").read_text(encoding="utf-8") == "via plain\n"
+
+
+class FixedConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FixedEntry(ScriptedProvider):
+    """A provider whose configuration takes no ``provider_name``: one name only."""
+
+    Config: ClassVar[type[FixedConfig]] = FixedConfig
+
+    def __init__(self, config: FixedConfig) -> None:
+        super().__init__("fixed")
+
+
+def test_a_provider_that_takes_no_second_name_cannot_isolate_one_tool(tmp_path: Path) -> None:
+    path = tmp_path / "fixed.toml"
+    path.write_text(
+        '[[providers]]\ntype = "fixed"\n\n[[tools]]\nname = "iso"\nprovider = "fixed"\n'
+        'background_mode = "disabled"\n[tools.worktree]\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ProfileError) as info:
+        load_profile(path, discovery=StaticDiscovery({"fixed": [FixedEntry]}))
+    assert info.value.problems == (
+        "tools row 1 ('iso') field 'worktree': provider type 'fixed' cannot be given a second "
+        "instance name ('fixed@iso'); isolate a separate provider row instead",
+    )

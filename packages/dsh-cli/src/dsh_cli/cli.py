@@ -71,7 +71,10 @@ def render_check(
     for loaded in composition.providers:
         caps = loaded.provider.capabilities
         flags = [name for name in caps.__dataclass_fields__ if getattr(caps, name)]
-        print(f"  {loaded.name}  [type {loaded.type}, row {loaded.row}] {loaded.origin}", file=out)
+        where = f"type {loaded.type}, row {loaded.row}"
+        if loaded.tool is not None:
+            where += f", for tool {loaded.tool!r}"
+        print(f"  {loaded.name}  [{where}] {loaded.origin}", file=out)
         print(f"    config: {_describe_config(loaded.config)}", file=out)
         print(
             f"    capabilities: {', '.join(flags) or 'none'}; inherits parent context: "
@@ -86,9 +89,12 @@ def render_check(
                 + ")",
                 file=out,
             )
+        elif loaded.tool is not None:
+            print("    isolation: none (the tool row sets worktree = false)", file=out)
     print(f"tools ({len(composition.tool_names)}):", file=out)
     for tool in composition.tools:
-        print(f"  {tool.name} -> {tool.provider} (background: {tool.background_mode})", file=out)
+        bound = composition.instance_for(tool.name)
+        print(f"  {tool.name} -> {bound} (background: {tool.background_mode})", file=out)
     if composition.job_tools:
         print("  job_output, job_list, job_kill (job controls)", file=out)
     print("model-visible schemas:", file=out)

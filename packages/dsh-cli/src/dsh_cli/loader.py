@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from dsh_cli.discovery import EntryPointDiscovery, ProviderDiscovery
 from dsh_cli.errors import ProfileError
 from dsh_cli.profile import Profile, ToolRow, describe_validation_error, read_profile
+from dsh_cli.tool_instances import BuiltRow, tool_instances
 
 __all__ = ["JOB_TOOL_NAMES", "Composition", "LoadedProvider", "compose", "load_profile"]
 
@@ -41,7 +42,10 @@ class LoadedProvider:
         config: The validated ``Config`` instance.
         provider: The constructed provider (wrapped in its worktree isolation when the
             row asks for it); nothing has been started.
-        worktree: The row's worktree isolation settings, or ``None``.
+        worktree: The instance's worktree isolation settings, or ``None``.
+        tool: The tool row this instance exists for, when that row's ``worktree`` setting
+            differs from its provider row's (a second instance of the row, named
+            ``<provider_name>@<tool name>``); ``None`` for a provider row's own instance.
     """
 
     row: int
@@ -50,6 +54,7 @@ class LoadedProvider:
     config: BaseModel
     provider: SubagentProvider
     worktree: Worktree | None = None
+    tool: str | None = None
 
     @property
     def name(self) -> str:
@@ -77,6 +82,21 @@ class Composition:
             if loaded.name == name:
                 return loaded
         raise KeyError(name)
+
+    def instance_for(self, tool: str) -> str:
+        """The registry name the tool row ``tool`` delegates to: its own instance when the
+        row's ``worktree`` setting differs from its provider row's, else its provider.
+
+        Raises:
+            KeyError: no such tool row.
+        """
+        for loaded in self.providers:
+            if loaded.tool == tool:
+                return loaded.name
+        for row in self.tools:
+            if row.name == tool:
+                return row.provider
+        raise KeyError(tool)
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -136,6 +156,7 @@ def compose(
     host = os.environ if host_env is None else host_env
     problems: list[str] = []
     loaded: list[LoadedProvider] = []
+    built: dict[str, BuiltRow] = {}
     first_row_of: dict[str, int] = {}
     raw_rows = {"providers": [row.model_dump() for row in profile.providers]}
     for index, row in enumerate(profile.providers, start=1):
@@ -205,9 +226,14 @@ def compose(
             )
             continue
         first_row_of[name] = index
-        loaded.append(LoadedProvider(index, row.type, origin, config, provider, worktree))
+        instance = LoadedProvider(index, row.type, origin, config, provider, worktree)
+        loaded.append(instance)
+        built[name] = BuiltRow(instance, cls, raw_config)
 
     problems.extend(_check_tools(profile, first_row_of))
+    derived, derive_problems = tool_instances(profile, built)
+    loaded.extend(derived)
+    problems.extend(derive_problems)
     jobs_config = JobsToolsConfig()
     if profile.jobs is not None:
         try:

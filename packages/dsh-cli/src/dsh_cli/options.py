@@ -67,7 +67,7 @@ def resolve_target(composition: Composition, target: str, instance: bool) -> str
     if not instance:
         for tool in composition.tools:
             if tool.name == target:
-                return tool.provider
+                return composition.instance_for(tool.name)
     names = [p.name for p in composition.providers]
     if target in names:
         return target

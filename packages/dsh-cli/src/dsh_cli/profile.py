@@ -17,6 +17,8 @@ reach the model. Shape::
     name = "subagent_codex_fast"   # model-visible tool name
     provider = "codex-fast"        # the instance this tool binds, statically
     background_mode = "one-shot"   # or "disabled": no ``run_in_background`` parameter
+    [tools.worktree]               # optional: this tool's isolation, field by field over
+    keep = true                    # its provider row's; ``worktree = false``: not isolated
 
     [jobs]                         # optional: omit or set tools = false to bind no job tools
     tools = true
@@ -36,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dsh_cli.errors import ProfileError
 
@@ -83,6 +85,19 @@ class ToolRow(BaseModel):
     """The ``provider_name`` of the instance this tool delegates to."""
     background_mode: Literal["one-shot", "disabled"] = "one-shot"
     """``one-shot``: foreground unless ``run_in_background``; ``disabled``: never a Job."""
+    worktree: dict[str, Any] | Literal[False] | None = None
+    """This tool's isolation (``dsh_worktree.Worktree`` settings), laid field by field over
+    its provider row's ``worktree``; ``{}`` isolates with the provider row's settings or the
+    defaults, ``false`` runs this tool without isolation; omitted: as the provider row says.
+    A tool whose isolation differs from its provider row's gets its own instance of that
+    provider (see ``Composition.instance_for``)."""
+
+    @field_validator("worktree", mode="before")
+    @classmethod
+    def _table_or_false(cls, value: object) -> object:
+        if value is None or value is False or isinstance(value, dict):
+            return value
+        raise ValueError("must be a table of worktree settings ({} for the defaults) or false")
 
 
 class JobsSection(BaseModel):

@@ -88,7 +88,7 @@ async def open_runtime(
             for row in composition.tools:
                 config = SubagentToolConfig(
                     tool_name=row.name,
-                    provider=row.provider,
+                    provider=composition.instance_for(row.name),
                     enable_run_in_background=row.background_mode == "one-shot",
                     max_depth="provider-managed",
                 )

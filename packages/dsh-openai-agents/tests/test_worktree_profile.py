@@ -1,0 +1,117 @@
+"""The function tools built from a profile honour each tool row's own worktree isolation.
+
+Real git; the provider is a scripted double that writes ``edited.txt`` into its run's cwd
+(the real products editing through their own tools are the e2e worktree tier's). Two tool
+rows bind one provider row: ``iso`` sets ``[tools.worktree]``, ``plain`` does not.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from agents import Agent, Runner, Tool
+from dsh_cli import StaticDiscovery, load_profile, open_runtime
+from dsh_openai_agents import SubagentFunctionTools
+from dsh_subagent import ParentContext, ResolvedSubagentStartRequest, SubprocessRunHandle, TextBlock
+from dsh_subagent.testing import Script, ScriptedProvider
+from oai_model import NO_TRACING, lead_model
+from pydantic import BaseModel, ConfigDict
+
+pytestmark = pytest.mark.anyio
+
+
+class EditingConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    provider_name: str = "editing"
+
+
+class EditingProvider(ScriptedProvider):
+    """Writes ``edited.txt`` (the task) into the run's cwd, then answers ``done``."""
+
+    Config: ClassVar[type[EditingConfig]] = EditingConfig
+
+    def __init__(self, config: EditingConfig) -> None:
+        super().__init__(config.provider_name, [Script(output=(TextBlock(text="done"),))])
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubprocessRunHandle:
+        assert request.parent.cwd is not None
+        _write(Path(request.parent.cwd, "edited.txt"), request.prompt[0].text)
+        return await super().start(request)
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(f"{text}\n", encoding="utf-8")
+
+
+PROFILE = """
+[[providers]]
+type = "editing"
+provider_name = "worker"
+
+[[tools]]
+name = "plain"
+provider = "worker"
+background_mode = "disabled"
+
+[[tools]]
+name = "iso"
+provider = "worker"
+background_mode = "disabled"
+[tools.worktree]
+branch = "iso/{id}"
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = T\n\temail = t@example.invalid\n[init]\n\tdefaultBranch = main\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "--quiet")
+    (root / "readme.txt").write_text("hello\n", encoding="utf-8")
+    git(root, "add", "--all")
+    git(root, "commit", "--quiet", "-m", "initial")
+    return root
+
+
+async def test_only_the_isolated_tool_row_works_on_a_branch(repo: Path, tmp_path: Path) -> None:
+    profile = tmp_path / "profile.toml"
+    profile.write_text(PROFILE, encoding="utf-8")
+    composition = load_profile(profile, discovery=StaticDiscovery({"editing": [EditingProvider]}))
+    model = lead_model(
+        [("iso", {"description": "iso", "prompt": "via iso"})],
+        [("plain", {"description": "plain", "prompt": "via plain"})],
+    )
+    lead = ParentContext(session_id="agents-sdk-lead", cwd=str(repo))
+    async with open_runtime(composition) as runtime:
+        tools: list[Tool] = list(SubagentFunctionTools(runtime.tools.values()).function_tools)
+        result = await Runner.run(
+            Agent(name="lead", model=model, tools=tools), "Go.", context=lead, run_config=NO_TRACING
+        )
+    output = str(result.final_output)
+    (branch,) = [b for b in git(repo, "branch", "--format=%(refname:short)").split() if b != "main"]
+    assert branch.startswith("iso/")
+    assert output.startswith(f"done\nChanges: committed on branch {branch} (1 files")
+    assert output.endswith("\ndone")  # plain: no Changes line
+    assert git(repo, "show", f"{branch}:edited.txt") == "via iso"
+    assert (repo / "edited.txt").read_text(encoding="utf-8") == "via plain\n"  # in place
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
