@@ -38,7 +38,9 @@ from dsh_subprocess.testing import ProcessWatch, SeenProcess
 
 pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
 
-pytestmark = pytest.mark.keyless
+# One worker runs every Ray cluster test: clusters started side by side contend for
+# Ray's fixed default ports (client server, dashboard agent).
+pytestmark = [pytest.mark.keyless, pytest.mark.xdist_group("ray")]
 
 BIN = Path(sys.executable).parent
 DSH, RAY = BIN / "dsh", BIN / "ray"

@@ -28,7 +28,9 @@ from dsh_subprocess.testing import become_subreaper, reap_adopted_zombies
 
 pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
 
-pytestmark = pytest.mark.keyless
+# One worker runs every Ray cluster test: clusters started side by side contend for
+# Ray's fixed default ports (client server, dashboard agent).
+pytestmark = [pytest.mark.keyless, pytest.mark.xdist_group("ray")]
 
 DSH = Path(sys.executable).with_name("dsh")
 REPO = Path(__file__).resolve().parents[1]

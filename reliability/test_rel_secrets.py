@@ -27,7 +27,7 @@ from dsh_subagent import (
 )
 from dsh_subagent_claude_code.failures import result_failure
 from dsh_subagent_codex.error_info import map_error_info
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reliability.cells import Cell, Outcome
@@ -43,6 +43,10 @@ _TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, ma
 # The random part is wrapped in a fixed fence so a secret can never be a substring of the
 # fixed wording it is compared against ("Codex", "error", ...).
 SECRETS = _TEXT.map(lambda text: f"⟦{text}⟧")
+# Each example of these two spawns a product process (seconds each for the ACP agent):
+# a quarter of the profile's example budget keeps the default run short while the
+# nightly profile still tries hundreds.
+SPAWNING = settings(max_examples=max(10, settings().max_examples // 4))
 
 
 def _codex_with(secret: str, where: str) -> Any:
@@ -88,6 +92,7 @@ def _codex_with(secret: str, where: str) -> Any:
     return build
 
 
+@SPAWNING
 @given(secret=SECRETS, where=st.sampled_from(["startup", "turn"]))
 def test_random_secret_never_reaches_the_model_through_codex(secret: str, where: str) -> None:
     outcome = (
@@ -309,6 +314,7 @@ def _acp_progress_script(secret: str) -> dict[str, Any]:
     }
 
 
+@SPAWNING
 @given(secret=SECRETS)
 def test_random_secret_in_unreported_acp_fields_never_reaches_progress(secret: str) -> None:
     planted = Planted(env=secret)
