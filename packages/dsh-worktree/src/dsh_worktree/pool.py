@@ -1,0 +1,378 @@
+"""A warm pool: worktrees checked out ahead of time, claimed by ref writes, reused.
+
+Checking out a large repository is the whole cost of isolation (10 000 files: about a
+second), so a long-lived :class:`~dsh_worktree.WorktreeProvider` with ``warm=N`` keeps
+up to N worktrees per repository checked out at the base, detached, locked by this
+process like any other (see :mod:`dsh_worktree.owner`). Their life:
+
+- **fill** (background): recover abandoned worktrees of the repository, then
+  ``git worktree add --detach`` until the pool holds N.
+- **claim** (on the run's path): ``git switch --create BRANCH`` in an idle worktree whose
+  ``HEAD`` is the requested base: the branch is created at the base and checked out
+  without touching a file. A different base falls back to a fresh checkout (and the
+  pool is refilled at the new base).
+- **collect** (on the run's path): one ``git status`` decides; nothing changed → one ref
+  transaction detaches ``HEAD`` at the base and deletes the branch. Anything changed →
+  the same commit as without a pool, then ``HEAD`` is detached (the branch is checked
+  out nowhere once the result is handed out).
+- **recycle** (background): ``git reset --hard`` and ``git clean -ffdx`` back to exactly
+  the base's tree (ignored files and nested repositories go too); a worktree whose git
+  administrative directory holds anything a fresh one does not (a merge, rebase or
+  bisect in progress, per-worktree refs or configuration) is removed instead, as is
+  one whose reset fails, or any while the pool is full or closing.
+
+Crash safety is the provider's: an idle worktree is detached (recovery discards it), a
+claimed one is on its branch with its ready marker naming the delegation (recovery
+commits it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+from anyio.abc import TaskGroup
+from dsh_subagent import Changes
+
+from dsh_worktree.errors import WorktreeError
+from dsh_worktree.lifecycle import (
+    ActiveWorktree,
+    collect,
+    commit_and_count,
+    create,
+    kept_for_recovery,
+    new_run_id,
+    remove_locked,
+    write_ready_marker,
+)
+from dsh_worktree.recovery import recover
+from dsh_worktree.repo import Repository, git_retrying, repository_lock
+from dsh_worktree.settings import Worktree
+
+__all__ = ["FRESH_ADMIN_ENTRIES", "WarmPool"]
+
+_log = logging.getLogger("dsh_worktree")
+
+FRESH_ADMIN_ENTRIES: Final = frozenset(
+    {
+        "HEAD",
+        "ORIG_HEAD",
+        "FETCH_HEAD",
+        "AUTO_MERGE",
+        "commondir",
+        "gitdir",
+        "index",
+        "locked",
+        "logs",
+        "dsh-worktree-ready",
+    }
+)
+"""What a worktree's git administrative directory may hold for it to be reused; anything
+else (``MERGE_HEAD``, ``rebase-merge``, ``BISECT_LOG``, ``refs``, ``config.worktree``,
+``info/sparse-checkout``...) is state a fresh worktree does not have."""
+
+
+@dataclass(slots=True)
+class _Pool:
+    """One repository's warm worktrees."""
+
+    repo: Repository
+    base: str
+    idle: list[ActiveWorktree] = field(default_factory=list)
+    size: int = 0
+    """Worktrees this pool owns: idle, claimed, being created or recycled."""
+    filling: bool = False
+
+
+def _admin_entries(path: str) -> set[str] | None:
+    try:
+        with open(os.path.join(path, ".git"), encoding="utf-8") as handle:
+            admin = handle.read().strip().removeprefix("gitdir: ")
+        return set(os.listdir(admin))
+    except OSError:
+        return None
+
+
+def _status_unchanged(stdout: str, base: str, branch: str) -> bool:
+    heads: dict[str, str] = {}
+    for entry in stdout.split("\0"):
+        if not entry:
+            continue
+        if not entry.startswith("# "):
+            return False  # a changed, deleted, unmerged or untracked path
+        key, _, value = entry[2:].partition(" ")
+        heads[key] = value
+    return heads.get("branch.oid") == base and heads.get("branch.head") == branch
+
+
+class WarmPool:
+    """The warm worktrees of one provider, per repository (see the module docstring).
+
+    Background work runs in a task group opened by :meth:`open` and ended by
+    :meth:`close`, which removes every worktree the pool still holds.
+    """
+
+    def __init__(self, settings: Worktree) -> None:
+        self._settings = settings
+        self._pools: dict[str, _Pool] = {}
+        self._group: TaskGroup | None = None
+        self._closing = False
+        self._pending = 0
+        self._settled = anyio.Event()
+        self._settled.set()
+
+    @property
+    def active(self) -> bool:
+        """Open and not closing: runs claim from it."""
+        return self._group is not None and not self._closing
+
+    async def open(self) -> None:
+        """Start the pool's task group (background fill and recycle)."""
+        if self._group is not None or self._closing:
+            raise RuntimeError("a warm worktree pool can be opened once")
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._group = group
+
+    async def close(self) -> None:
+        """Stop background work and remove every worktree the pool holds (shielded).
+
+        A worktree still claimed by a live run is collected and removed by that run.
+        """
+        self._closing = True
+        group, self._group = self._group, None
+        with anyio.CancelScope(shield=True):
+            if group is not None:
+                group.cancel_scope.cancel()
+                await group.__aexit__(None, None, None)
+            for pool in self._pools.values():
+                idle, pool.idle = pool.idle, []
+                for slot in idle:
+                    await self._drop(pool, slot)
+            self._pending = 0  # a task cancelled before it began never counted down
+            self._settled.set()
+
+    async def wait_settled(self) -> None:
+        """Wait until no fill or recycle is under way."""
+        while self._pending:
+            await self._settled.wait()
+
+    def idle_count(self, repo: Repository) -> int:
+        """How many ready worktrees the pool holds for ``repo``."""
+        pool = self._pools.get(repo.common_dir)
+        return len(pool.idle) if pool is not None else 0
+
+    def _soon(self, work: Callable[[], Awaitable[None]]) -> None:
+        group = self._group
+        if group is None or self._closing:
+            return
+
+        async def tracked() -> None:
+            try:
+                await work()
+            finally:
+                self._pending -= 1
+                if not self._pending:
+                    self._settled.set()
+
+        if not self._pending:
+            self._settled = anyio.Event()
+        self._pending += 1
+        group.start_soon(tracked)
+
+    def _pool(self, repo: Repository, base: str) -> _Pool:
+        pool = self._pools.get(repo.common_dir)
+        if pool is None:
+            pool = self._pools[repo.common_dir] = _Pool(repo, base)
+        elif pool.base != base:
+            # The base moved (a new commit on HEAD): old worktrees are replaced.
+            pool.base = base
+            stale, pool.idle = pool.idle, []
+            for slot in stale:
+                self._soon(functools.partial(self._drop, pool, slot))
+        self._refill(pool)
+        return pool
+
+    def prepare(self, repo: Repository, base: str) -> None:
+        """Fill the pool for ``repo`` at ``base`` in the background."""
+        self._pool(repo, base)
+
+    async def claim(
+        self, repo: Repository, base: str, branch: str, run_id: str
+    ) -> ActiveWorktree | None:
+        """An idle worktree at ``base`` switched to the new ``branch``, or ``None`` (none
+        is ready: the caller creates one).
+
+        Raises:
+            WorktreeError: the branch exists or is not a valid name (the worktree goes
+                back to the pool untouched).
+        """
+        pool = self._pool(repo, base)
+        if not pool.idle:
+            return None
+        slot = pool.idle.pop()
+        try:
+            switched = await git_retrying(repo, slot.path, "switch", "--quiet", "--create", branch)
+        except BaseException:
+            await self._drop(pool, slot, branch=branch)
+            raise
+        if not switched.ok:
+            line = switched.first_line()
+            if "already exists" in line:
+                pool.idle.append(slot)
+                raise WorktreeError(f"the branch {branch!r} already exists")
+            if "not a valid branch name" in line:
+                pool.idle.append(slot)
+                raise WorktreeError(f"{branch!r} is not a valid branch name")
+            _log.warning("dsh-worktree: claiming %s failed: %s", slot.path, line)
+            await self._drop(pool, slot, branch=branch)
+            return None
+        try:
+            write_ready_marker(slot.path, run_id)
+        except (WorktreeError, OSError) as exc:
+            _log.warning("dsh-worktree: claiming %s failed: %s", slot.path, exc)
+            await self._drop(pool, slot, branch=branch)
+            return None
+        return ActiveWorktree(repo, slot.path, branch, base, run_id, self._settings.keep)
+
+    async def release(self, active: ActiveWorktree, provider: str, ended: str) -> Changes:
+        """Collect a claimed worktree's run (as :func:`~dsh_worktree.lifecycle.collect`),
+        then give the worktree back to the pool in the background."""
+        pool = self._pools[active.repo.common_dir]
+        if active.keep or not self.active:
+            pool.size -= 1
+            return await collect(active, provider, ended)
+        repo, path = active.repo, active.path
+        status = await git_retrying(
+            repo,
+            path,
+            "status",
+            "--porcelain=v2",
+            "--branch",
+            "-z",
+            "--untracked-files=normal",
+            "--ignore-submodules=none",
+            "--no-renames",
+        )
+        unchanged = status.ok and _status_unchanged(status.stdout, active.base, active.branch)
+        if unchanged and await self._detach(active, delete_branch=True):
+            self._soon(functools.partial(self._recycle, pool, active))
+            return Changes(branch=active.branch, commit=None, base=active.base)
+        counted = await commit_and_count(active, provider, ended)
+        if counted is None:
+            pool.size -= 1  # kept for recovery
+            self._refill(pool)
+            return kept_for_recovery(active)
+        tip, files, insertions, deletions = counted
+        changed = tip != active.base
+        if await self._detach(active, delete_branch=not changed):
+            self._soon(functools.partial(self._recycle, pool, active))
+        else:
+            await self._drop(pool, active, branch=None if changed else active.branch)
+        return Changes(
+            branch=active.branch,
+            commit=tip if changed else None,
+            base=active.base,
+            files_changed=files,
+            insertions=insertions,
+            deletions=deletions,
+        )
+
+    async def _detach(self, active: ActiveWorktree, *, delete_branch: bool) -> bool:
+        """One ref transaction: ``HEAD`` detached at the base (and the branch deleted)."""
+        script = f"update HEAD {active.base}\n"
+        if delete_branch:
+            script += f"delete refs/heads/{active.branch} {active.base}\n"
+        done = await git_retrying(
+            active.repo,
+            active.path,
+            "update-ref",
+            "--no-deref",
+            "--stdin",
+            stdin=script.encode(),
+        )
+        if not done.ok:
+            _log.warning("dsh-worktree: detaching %s failed: %s", active.path, done.first_line())
+        return done.ok
+
+    async def _recycle(self, pool: _Pool, active: ActiveWorktree) -> None:
+        slot = ActiveWorktree(active.repo, active.path, "", active.base, active.run_id, False)
+        try:
+            fresh = await self._reset(slot)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._drop(pool, slot)
+            raise
+        if (
+            fresh
+            and not self._closing
+            and pool.base == slot.base
+            and len(pool.idle) < (self._settings.warm)
+        ):
+            pool.idle.append(slot)
+        else:
+            await self._drop(pool, slot)
+
+    async def _reset(self, slot: ActiveWorktree) -> bool:
+        repo, path = slot.repo, slot.path
+        for args in (("reset", "--quiet", "--hard", slot.base), ("clean", "-ffdxq")):
+            done = await git_retrying(repo, path, *args)
+            if not done.ok:
+                _log.warning("dsh-worktree: resetting %s failed: %s", path, done.first_line())
+                return False
+        entries = _admin_entries(path)
+        return entries is not None and entries <= FRESH_ADMIN_ENTRIES
+
+    def _refill(self, pool: _Pool) -> None:
+        if pool.size < self._settings.warm and not pool.filling and self.active:
+            pool.filling = True
+            self._soon(functools.partial(self._fill, pool))
+
+    async def _fill(self, pool: _Pool) -> None:
+        try:
+            try:
+                await recover(pool.repo)
+            except WorktreeError as exc:  # an old worktree must not block the pool
+                _log.warning("dsh-worktree: %s", exc.message)
+            settings = self._settings.model_copy(update={"keep": False})
+            while not self._closing and pool.size < self._settings.warm:
+                pool.size += 1
+                base = pool.base
+                try:
+                    slot = await create(pool.repo, settings, base, None, new_run_id())
+                except WorktreeError as exc:
+                    pool.size -= 1
+                    _log.warning("dsh-worktree: preparing a warm worktree failed: %s", exc)
+                    return
+                except BaseException:
+                    pool.size -= 1
+                    raise
+                if self._closing or pool.base != base:
+                    await self._drop(pool, slot)
+                else:
+                    pool.idle.append(slot)
+        finally:
+            pool.filling = False
+
+    async def _drop(self, pool: _Pool, slot: ActiveWorktree, *, branch: str | None = None) -> None:
+        """Remove a worktree of the pool (and ``branch``, when still at the base)."""
+        pool.size -= 1
+        with contextlib.suppress(WorktreeError), anyio.CancelScope(shield=True):
+            async with repository_lock(pool.repo):
+                await remove_locked(pool.repo, slot.path)
+                if branch:
+                    await git_retrying(
+                        pool.repo,
+                        pool.repo.toplevel,
+                        "update-ref",
+                        "-d",
+                        f"refs/heads/{branch}",
+                        slot.base,
+                    )
+        self._refill(pool)
