@@ -33,6 +33,7 @@ __all__ = [
     "COMMIT_EMAIL",
     "READY_MARKER",
     "ActiveWorktree",
+    "admin_dir",
     "collect",
     "commit_and_count",
     "commit_message",
@@ -99,7 +100,8 @@ class ActiveWorktree:
         return os.path.join(self.path, self.repo.prefix) if self.repo.prefix else self.path
 
 
-def _admin_dir(path: str) -> str | None:
+def admin_dir(path: str) -> str | None:
+    """The worktree's git administrative directory (from its ``.git`` file)."""
     try:
         with open(os.path.join(path, ".git"), encoding="utf-8") as handle:
             line = handle.read().strip()
@@ -110,13 +112,13 @@ def _admin_dir(path: str) -> str | None:
 
 def is_ready(path: str) -> bool:
     """Whether the worktree at ``path`` was fully created (its ready marker exists)."""
-    admin = _admin_dir(path)
+    admin = admin_dir(path)
     return admin is not None and os.path.exists(os.path.join(admin, READY_MARKER))
 
 
 def ready_run_id(path: str) -> str | None:
     """The delegation id the worktree's ready marker names (``None`` without a marker)."""
-    admin = _admin_dir(path)
+    admin = admin_dir(path)
     if admin is None:
         return None
     try:
@@ -128,7 +130,7 @@ def ready_run_id(path: str) -> str | None:
 
 def write_ready_marker(path: str, run_id: str) -> None:
     """Name ``run_id`` in the worktree's ready marker (a warm worktree claimed by a run)."""
-    admin = _admin_dir(path)
+    admin = admin_dir(path)
     if admin is None:
         raise WorktreeError(f"no worktree at {path}")
     with open(os.path.join(admin, READY_MARKER), "w", encoding="utf-8") as handle:
@@ -148,7 +150,7 @@ def _prepare_parent(repo: Repository, settings: Worktree, run_id: str) -> str:
 
 
 def _mark_ready(active: ActiveWorktree) -> None:
-    if _admin_dir(active.path) is None:
+    if admin_dir(active.path) is None:
         raise WorktreeError(f"git worktree add left no worktree at {active.path}")
     write_ready_marker(active.path, active.run_id)
     os.makedirs(active.child_cwd(), exist_ok=True)

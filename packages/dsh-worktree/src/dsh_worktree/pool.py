@@ -43,6 +43,7 @@ from dsh_subagent import Changes
 from dsh_worktree.errors import WorktreeError
 from dsh_worktree.lifecycle import (
     ActiveWorktree,
+    admin_dir,
     collect,
     commit_and_count,
     create,
@@ -65,6 +66,7 @@ FRESH_ADMIN_ENTRIES: Final = frozenset(
         "ORIG_HEAD",
         "FETCH_HEAD",
         "AUTO_MERGE",
+        "COMMIT_EDITMSG",
         "commondir",
         "gitdir",
         "index",
@@ -91,10 +93,9 @@ class _Pool:
 
 
 def _admin_entries(path: str) -> set[str] | None:
+    admin = admin_dir(path)
     try:
-        with open(os.path.join(path, ".git"), encoding="utf-8") as handle:
-            admin = handle.read().strip().removeprefix("gitdir: ")
-        return set(os.listdir(admin))
+        return set(os.listdir(admin)) if admin is not None else None
     except OSError:
         return None
 
@@ -147,10 +148,10 @@ class WarmPool:
         """
         self._closing = True
         group, self._group = self._group, None
+        if group is not None:  # its scope must be left where it was entered: not shielded
+            group.cancel_scope.cancel()
+            await group.__aexit__(None, None, None)
         with anyio.CancelScope(shield=True):
-            if group is not None:
-                group.cancel_scope.cancel()
-                await group.__aexit__(None, None, None)
             for pool in self._pools.values():
                 idle, pool.idle = pool.idle, []
                 for slot in idle:
@@ -285,13 +286,20 @@ class WarmPool:
         )
 
     async def _detach(self, active: ActiveWorktree, *, delete_branch: bool) -> bool:
-        """One ref transaction: ``HEAD`` detached at the base (and the branch deleted)."""
-        script = f"update HEAD {active.base}\n"
+        """One ref transaction: ``HEAD`` detached at the base (and the branch deleted).
+
+        It names the worktree's ``HEAD`` as ``worktrees/<id>/HEAD`` from the main tree:
+        git refuses to update ``HEAD`` and its own referent in one transaction.
+        """
+        admin = admin_dir(active.path)
+        if admin is None:
+            return False
+        script = f"update worktrees/{os.path.basename(admin)}/HEAD {active.base}\n"
         if delete_branch:
             script += f"delete refs/heads/{active.branch} {active.base}\n"
         done = await git_retrying(
             active.repo,
-            active.path,
+            active.repo.toplevel,
             "update-ref",
             "--no-deref",
             "--stdin",
@@ -327,7 +335,14 @@ class WarmPool:
                 _log.warning("dsh-worktree: resetting %s failed: %s", path, done.first_line())
                 return False
         entries = _admin_entries(path)
-        return entries is not None and entries <= FRESH_ADMIN_ENTRIES
+        if entries is None or not entries <= FRESH_ADMIN_ENTRIES:
+            _log.info(
+                "dsh-worktree: %s holds git state a fresh worktree does not (%s): removed",
+                path,
+                ", ".join(sorted((entries or set()) - FRESH_ADMIN_ENTRIES)) or "no .git",
+            )
+            return False
+        return True
 
     def _refill(self, pool: _Pool) -> None:
         if pool.size < self._settings.warm and not pool.filling and self.active:
