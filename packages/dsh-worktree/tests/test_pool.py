@@ -214,7 +214,7 @@ async def test_parallel_claims_never_collide(repo: Path, tmp_path: Path) -> None
     assert git_out(repo, "status", "--porcelain") == ""
 
 
-async def test_a_moved_base_falls_back_to_a_fresh_checkout_and_refills(
+async def test_a_moved_base_falls_back_to_a_fresh_checkout_that_joins_the_pool(
     repo: Path, tmp_path: Path
 ) -> None:
     seen = Observer()
@@ -229,8 +229,9 @@ async def test_a_moved_base_falls_back_to_a_fresh_checkout_and_refills(
         assert "later.txt" in seen.tree
         assert provider.inner.cwds[0] != pooled  # type: ignore[attr-defined]
         await provider.wait_settled()
-        (refilled,) = [path for path in _worktrees(repo) if path != str(repo)]
-        assert git_out(refilled, "rev-parse", "HEAD") == seen.commit
+        (joined,) = [path for path in _worktrees(repo) if path != str(repo)]
+        assert joined == provider.inner.cwds[0]  # type: ignore[attr-defined]
+        assert git_out(joined, "rev-parse", "HEAD") == seen.commit
     assert result.changes is not None
     assert result.changes.base == seen.commit
     assert _worktrees(repo) == [str(repo)]
@@ -296,3 +297,26 @@ def test_bad_warm_settings_are_refused_naming_the_field(bad: object) -> None:
 
 def test_warm_is_off_by_default() -> None:
     assert Worktree().warm == 0
+
+
+async def test_without_prewarm_the_pool_grows_by_the_worktrees_runs_needed(
+    repo: Path, tmp_path: Path
+) -> None:
+    async with _warm(None, tmp_path, warm=2) as provider:
+        results = []
+        async with anyio.create_task_group() as group:
+
+            async def one() -> None:
+                results.append(await _run(provider, repo))
+
+            for _ in range(3):  # three at once: three checkouts, two of them kept
+                group.start_soon(one)
+        await provider.wait_settled()
+        assert len(_worktrees(repo)) == 3
+        await _run(provider, repo)  # claims one of them: no new checkout
+        await provider.wait_settled()
+        assert len(_worktrees(repo)) == 3
+        cwds = provider.inner.cwds  # type: ignore[attr-defined]
+        assert cwds[3] in cwds[:3]
+    assert [result.changes.commit for result in results if result.changes] == [None] * 3
+    assert _worktrees(repo) == [str(repo)]

@@ -195,14 +195,28 @@ class WarmPool:
             # The base moved (a new commit on HEAD): old worktrees are replaced.
             pool.base = base
             stale, pool.idle = pool.idle, []
+            pool.size -= len(stale)
             for slot in stale:
-                self._soon(functools.partial(self._drop, pool, slot))
-        self._refill(pool)
+                self._soon(functools.partial(self._remove, pool.repo, slot))
         return pool
 
     def prepare(self, repo: Repository, base: str) -> None:
         """Fill the pool for ``repo`` at ``base`` in the background."""
-        self._pool(repo, base)
+        pool = self._pool(repo, base)
+        if pool.size < self._settings.warm and not pool.filling and self.active:
+            pool.filling = True
+            self._soon(functools.partial(self._fill, pool))
+
+    def adopt(
+        self, active: ActiveWorktree
+    ) -> Callable[[ActiveWorktree, str, str], Awaitable[Changes]]:
+        """How to collect a worktree the provider had to create for a run: through the
+        pool (it joins it) while the pool has room, else as without a pool."""
+        pool = self._pools.get(active.repo.common_dir)
+        if pool is None or pool.base != active.base or pool.size >= self._settings.warm:
+            return collect
+        pool.size += 1
+        return self.release
 
     async def claim(
         self, repo: Repository, base: str, branch: str, run_id: str
@@ -268,7 +282,6 @@ class WarmPool:
         counted = await commit_and_count(active, provider, ended)
         if counted is None:
             pool.size -= 1  # kept for recovery
-            self._refill(pool)
             return kept_for_recovery(active)
         tip, files, insertions, deletions = counted
         changed = tip != active.base
@@ -344,11 +357,6 @@ class WarmPool:
             return False
         return True
 
-    def _refill(self, pool: _Pool) -> None:
-        if pool.size < self._settings.warm and not pool.filling and self.active:
-            pool.filling = True
-            self._soon(functools.partial(self._fill, pool))
-
     async def _fill(self, pool: _Pool) -> None:
         try:
             try:
@@ -378,16 +386,20 @@ class WarmPool:
     async def _drop(self, pool: _Pool, slot: ActiveWorktree, *, branch: str | None = None) -> None:
         """Remove a worktree of the pool (and ``branch``, when still at the base)."""
         pool.size -= 1
+        await self._remove(pool.repo, slot, branch=branch)
+
+    async def _remove(
+        self, repo: Repository, slot: ActiveWorktree, *, branch: str | None = None
+    ) -> None:
         with contextlib.suppress(WorktreeError), anyio.CancelScope(shield=True):
-            async with repository_lock(pool.repo):
-                await remove_locked(pool.repo, slot.path)
+            async with repository_lock(repo):
+                await remove_locked(repo, slot.path)
                 if branch:
                     await git_retrying(
-                        pool.repo,
-                        pool.repo.toplevel,
+                        repo,
+                        repo.toplevel,
                         "update-ref",
                         "-d",
                         f"refs/heads/{branch}",
                         slot.base,
                     )
-        self._refill(pool)

@@ -161,7 +161,9 @@ class WorktreeProvider(SubagentProvider):
         else:
             repo = await open_repository(cwd, git_executable())
             base = await resolve_base(repo, settings.base)
-        collector = pool.release if active is not None and pool is not None else collect
+        collector: Callable[[ActiveWorktree, str, str], Awaitable[Changes]] = (
+            pool.release if active is not None and pool is not None else collect
+        )
         if active is None:
             await check_new_branch(repo, branch)
             try:
@@ -169,6 +171,8 @@ class WorktreeProvider(SubagentProvider):
             except WorktreeError as exc:  # an old worktree must not block a new run
                 _log.warning("dsh-worktree: %s", exc.message)
             active = await create(repo, settings, base, branch, run_id)
+            if pool is not None:
+                collector = pool.adopt(active)  # the pool grows by the worktrees runs need
         isolated = request.model_copy(
             update={"parent": request.parent.model_copy(update={"cwd": active.child_cwd()})}
         )
