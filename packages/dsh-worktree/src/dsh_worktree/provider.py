@@ -187,10 +187,13 @@ class WorktreeProvider(SubagentProvider):
     # -- the warm pool -----------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        """Open the warm pool (``settings.warm > 0``); without one, nothing happens."""
+        """Open the warm pool (``settings.warm > 0``); without one, nothing happens.
+
+        Entering again after :meth:`dispose` opens a new, empty pool.
+        """
         if self._settings.warm > 0:
-            if self._pool is not None:
-                raise RuntimeError("a WorktreeProvider with a warm pool can be entered once")
+            if self._pool is not None and self._pool.active:
+                raise RuntimeError("this WorktreeProvider's warm pool is open already")
             self._pool = WarmPool(self._settings)
             await self._pool.open()
         return self
