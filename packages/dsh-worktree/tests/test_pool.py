@@ -320,3 +320,34 @@ async def test_without_prewarm_the_pool_grows_by_the_worktrees_runs_needed(
         assert cwds[3] in cwds[:3]
     assert [result.changes.commit for result in results if result.changes] == [None] * 3
     assert _worktrees(repo) == [str(repo)]
+
+
+async def test_a_base_that_vanished_is_refused_and_the_ready_worktree_stays(
+    repo: Path, tmp_path: Path
+) -> None:
+    git_out(repo, "branch", "feature")
+    async with _warm(None, tmp_path, warm=1, base="feature") as provider:
+        await provider.prewarm(str(repo))
+        git_out(repo, "branch", "-D", "feature")
+        with pytest.raises(WorktreeError, match="the base ref 'feature' does not name a commit"):
+            await _run(provider, repo)
+        repository = await open_repository(str(repo), git_executable())
+        assert provider.warm_count(repository) == 1
+        assert provider.inner.cwds == []  # type: ignore[attr-defined]
+        assert git_out(repo, "branch", "--format=%(refname:short)").split() == ["main"]
+        (ready,) = [path for path in _worktrees(repo) if path != str(repo)]
+        assert git_out(ready, "status", "--porcelain", "--branch").startswith("## HEAD (no branch)")
+    assert _worktrees(repo) == [str(repo)]
+
+
+async def test_a_subdirectory_cwd_claims_its_counterpart(repo: Path, tmp_path: Path) -> None:
+    (repo / "fresh-dir").mkdir()  # untracked: the base has no such directory
+    async with _warm(None, tmp_path, warm=1) as provider:
+        await provider.prewarm(str(repo))
+        for cwd in (repo / "sub", repo / "fresh-dir"):
+            result = await delegate(provider, "look", cwd=cwd)
+            assert result.changes is not None
+            await provider.wait_settled()
+        cwds = provider.inner.cwds  # type: ignore[attr-defined]
+    assert [Path(cwd).name for cwd in cwds] == ["sub", "fresh-dir"]
+    assert Path(cwds[0]).parent == Path(cwds[1]).parent  # the one worktree of the pool

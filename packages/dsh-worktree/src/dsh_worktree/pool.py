@@ -40,6 +40,7 @@ import anyio
 from anyio.abc import TaskGroup
 from dsh_subagent import Changes
 
+from dsh_worktree._git import GitResult, git_executable
 from dsh_worktree.errors import WorktreeError
 from dsh_worktree.lifecycle import (
     ActiveWorktree,
@@ -53,7 +54,7 @@ from dsh_worktree.lifecycle import (
     write_ready_marker,
 )
 from dsh_worktree.recovery import recover
-from dsh_worktree.repo import Repository, git_retrying, repository_lock
+from dsh_worktree.repo import Repository, git_retrying, inspect_repository, repository_lock
 from dsh_worktree.settings import Worktree
 
 __all__ = ["FRESH_ADMIN_ENTRIES", "WarmPool"]
@@ -125,6 +126,7 @@ class WarmPool:
     def __init__(self, settings: Worktree) -> None:
         self._settings = settings
         self._pools: dict[str, _Pool] = {}
+        self._cwd_pools: dict[str, str] = {}  # a cwd -> the pool of its repository
         self._group: TaskGroup | None = None
         self._closing = False
         self._pending = 0
@@ -203,8 +205,10 @@ class WarmPool:
                 self._soon(functools.partial(self._remove, pool.repo, slot))
         return pool
 
-    def prepare(self, repo: Repository, base: str) -> None:
-        """Fill the pool for ``repo`` at ``base`` in the background."""
+    def prepare(self, repo: Repository, base: str, cwd: str | None = None) -> None:
+        """Fill the pool for ``repo`` at ``base`` in the background (for runs from ``cwd``)."""
+        if cwd is not None:
+            self._cwd_pools[cwd] = repo.common_dir
         pool = self._pool(repo, base)
         if pool.size < self._settings.warm and not pool.filling and self.active:
             pool.filling = True
@@ -220,6 +224,76 @@ class WarmPool:
             return collect
         pool.size += 1
         return self.release
+
+    async def claim_at(
+        self, cwd: str, branch: str, run_id: str
+    ) -> tuple[Repository, str, ActiveWorktree | None]:
+        """The repository ``cwd`` is in, the base commit, and a claimed worktree (``None``:
+        none is ready, the caller creates one).
+
+        When an earlier run from ``cwd`` found this pool, the branch is created in one of
+        its idle worktrees *while* the repository and base are looked up (two git commands
+        at once instead of one after the other); a claim that turns out wrong (another
+        repository, a moved base) is undone.
+
+        Raises:
+            WorktreeError: as :func:`~dsh_worktree.repo.inspect_repository`, or the branch
+                exists or is not a valid name (the worktree goes back to the pool).
+        """
+        executable = git_executable()
+        key = self._cwd_pools.get(cwd)
+        pool = self._pools.get(key) if key is not None else None
+        if pool is None or not pool.idle:
+            repo, base = await inspect_repository(cwd, self._settings.base, executable)
+            self._cwd_pools[cwd] = repo.common_dir
+            return repo, base, await self.claim(repo, base, branch, run_id)
+        slot = pool.idle.pop()
+        found: list[tuple[Repository, str]] = []
+        refused: list[WorktreeError] = []
+        switched: list[GitResult] = []
+
+        async def look() -> None:
+            try:
+                found.append(await inspect_repository(cwd, self._settings.base, executable))
+            except WorktreeError as exc:
+                refused.append(exc)
+
+        async def switch() -> None:
+            switched.append(await self._switch(pool.repo, slot, branch))
+
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(look)
+                group.start_soon(switch)
+        except BaseException:
+            await self._drop(pool, slot, branch=branch)
+            raise
+        (done,) = switched
+        right = bool(found) and found[0][0].common_dir == key and found[0][1] == slot.base
+        if not right and done.ok:  # undo: the branch goes, the worktree is idle again
+            undo = ActiveWorktree(pool.repo, slot.path, branch, slot.base, run_id, False)
+            if await self._detach(undo, delete_branch=True):
+                pool.idle.append(slot)
+            else:
+                await self._drop(pool, slot, branch=branch)
+        if refused:
+            if not done.ok:
+                pool.idle.append(slot)
+            raise refused[0]
+        repo, base = found[0]
+        self._cwd_pools[cwd] = repo.common_dir
+        if not right:
+            if not done.ok:
+                pool.idle.append(slot)
+            return repo, base, await self.claim(repo, base, branch, run_id)
+        claimed = await self._claimed(pool, slot, done, branch, run_id)
+        if claimed is None:
+            return repo, base, None
+        return (
+            repo,
+            base,
+            ActiveWorktree(repo, slot.path, branch, base, run_id, self._settings.keep),
+        )
 
     async def claim(
         self, repo: Repository, base: str, branch: str, run_id: str
@@ -238,10 +312,26 @@ class WarmPool:
             return None
         slot = pool.idle.pop()
         try:
-            switched = await git_retrying(repo, slot.path, "switch", "--quiet", "--create", branch)
+            switched = await self._switch(repo, slot, branch)
         except BaseException:
             await self._drop(pool, slot, branch=branch)
             raise
+        if await self._claimed(pool, slot, switched, branch, run_id) is None:
+            return None
+        return ActiveWorktree(repo, slot.path, branch, base, run_id, self._settings.keep)
+
+    async def _switch(self, repo: Repository, slot: ActiveWorktree, branch: str) -> GitResult:
+        """The branch created at the worktree's ``HEAD`` and checked out: no file touched."""
+        return await git_retrying(repo, slot.path, "switch", "--quiet", "--create", branch)
+
+    async def _claimed(
+        self, pool: _Pool, slot: ActiveWorktree, switched: GitResult, branch: str, run_id: str
+    ) -> ActiveWorktree | None:
+        """Finish a claim after ``git switch``: the slot, or ``None`` after dropping it.
+
+        Raises:
+            WorktreeError: the branch exists or is not a valid name (the slot is idle again).
+        """
         if not switched.ok:
             line = switched.first_line()
             if "already exists" in line:
@@ -259,7 +349,7 @@ class WarmPool:
             _log.warning("dsh-worktree: claiming %s failed: %s", slot.path, exc)
             await self._drop(pool, slot, branch=branch)
             return None
-        return ActiveWorktree(repo, slot.path, branch, base, run_id, self._settings.keep)
+        return slot
 
     async def release(self, active: ActiveWorktree, provider: str, ended: str) -> Changes:
         """Collect a claimed worktree's run (as :func:`~dsh_worktree.lifecycle.collect`),
@@ -272,6 +362,11 @@ class WarmPool:
         status = await git_retrying(
             repo,
             path,
+            # Directories whose mtime did not change are not read again: git's untracked
+            # cache, kept in this worktree's own index (the user's configuration is not
+            # changed). It halves this look on a large tree.
+            "-c",
+            "core.untrackedCache=true",
             "status",
             "--porcelain=v2",
             "--branch",

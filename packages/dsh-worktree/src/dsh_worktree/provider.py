@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Final, Self
 
@@ -154,10 +155,11 @@ class WorktreeProvider(SubagentProvider):
         branch = settings.branch_for(run_id)
         active: ActiveWorktree | None = None
         if pool is not None:
-            repo, base = await inspect_repository(cwd, settings.base, git_executable())
             if branch.startswith("-"):
                 raise WorktreeError(f"{branch!r} is not a valid branch name")
-            active = await pool.claim(repo, base, branch, run_id)
+            repo, base, active = await pool.claim_at(cwd, branch, run_id)
+            if active is not None:  # a directory the base does not track, as at create
+                os.makedirs(active.child_cwd(), exist_ok=True)
         else:
             repo = await open_repository(cwd, git_executable())
             base = await resolve_base(repo, settings.base)
@@ -222,7 +224,7 @@ class WorktreeProvider(SubagentProvider):
         if pool is None or not pool.active:
             raise RuntimeError("prewarm() needs a WorktreeProvider entered with warm > 0")
         repo, base = await inspect_repository(cwd, self._settings.base, git_executable())
-        pool.prepare(repo, base)
+        pool.prepare(repo, base, cwd)
         await pool.wait_settled()
 
     async def wait_settled(self) -> None:
