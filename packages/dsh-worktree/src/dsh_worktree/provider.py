@@ -232,9 +232,9 @@ class WorktreeProvider(SubagentProvider):
         if self._pool is not None:
             await self._pool.wait_settled()
 
-    def warm_count(self, cwd_repository: Repository) -> int:
+    def warm_count(self, repo: Repository) -> int:
         """How many ready worktrees the warm pool holds for the repository."""
-        return self._pool.idle_count(cwd_repository) if self._pool is not None else 0
+        return self._pool.idle_count(repo) if self._pool is not None else 0
 
 
 class WorktreeRun:
