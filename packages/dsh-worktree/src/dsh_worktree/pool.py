@@ -5,12 +5,14 @@ second), so a long-lived :class:`~dsh_worktree.WorktreeProvider` with ``warm=N``
 up to N worktrees per repository checked out at the base, detached, locked by this
 process like any other (see :mod:`dsh_worktree.owner`). Their life:
 
-- **fill** (background): recover abandoned worktrees of the repository, then
-  ``git worktree add --detach`` until the pool holds N.
+- **growth**: a run that finds no ready worktree (and none being reset) has one checked
+  out as without a pool; after collection it joins the pool while the pool holds fewer
+  than N. ``prewarm`` fills the pool ahead instead (in the background: recover abandoned
+  worktrees of the repository, then ``git worktree add --detach`` until it holds N).
 - **claim** (on the run's path): ``git switch --create BRANCH`` in an idle worktree whose
   ``HEAD`` is the requested base: the branch is created at the base and checked out
   without touching a file. A different base falls back to a fresh checkout (and the
-  pool is refilled at the new base).
+  pool's old worktrees are removed).
 - **collect** (on the run's path): one ``git status`` decides; nothing changed → one ref
   transaction detaches ``HEAD`` at the base and deletes the branch. Anything changed →
   the same commit as without a pool, then ``HEAD`` is detached (the branch is checked
