@@ -104,10 +104,10 @@ def timed_phases(phases: dict[str, list[float]]) -> Iterator[None]:
     claim, collect and background recycle."""
     namespace = vars(worktree_provider)  # the names the provider module calls
     original_create, original_collect = namespace["create"], namespace["collect"]
-    originals = {name: getattr(WarmPool, name) for name in ("claim", "release", "_recycle")}
+    originals = {name: getattr(WarmPool, name) for name in ("claim_at", "release", "_recycle")}
     namespace["create"] = _timed(phases, "cold: create", original_create)
     namespace["collect"] = _timed(phases, "cold: collect + remove", original_collect)
-    labels = {"claim": "warm: claim", "release": "warm: collect", "_recycle": "warm: recycle"}
+    labels = {"claim_at": "warm: claim", "release": "warm: collect", "_recycle": "warm: recycle"}
     for name, original in originals.items():
         setattr(WarmPool, name, _timed(phases, labels[name], original))
     try:
