@@ -351,3 +351,17 @@ async def test_a_subdirectory_cwd_claims_its_counterpart(repo: Path, tmp_path: P
         cwds = provider.inner.cwds  # type: ignore[attr-defined]
     assert [Path(cwd).name for cwd in cwds] == ["sub", "fresh-dir"]
     assert Path(cwds[0]).parent == Path(cwds[1]).parent  # the one worktree of the pool
+
+
+async def test_a_worktree_handed_back_just_before_dispose_is_removed_too(
+    repo: Path, tmp_path: Path
+) -> None:
+    # The recycle is scheduled and the pool closes before that task ever runs.
+    async with _warm(None, tmp_path, warm=2) as provider:
+        await provider.prewarm(str(repo))
+        pool = provider._pool
+        assert pool is not None
+        (one_pool,) = pool._pools.values()
+        slot = one_pool.idle.pop()
+        await pool._give_back(one_pool, slot)
+    assert _worktrees(repo) == [str(repo)]

@@ -94,6 +94,9 @@ class _Pool:
     """Worktrees this pool owns: idle, claimed, being created or recycled."""
     filling: bool = False
     recycling: int = 0
+    handed: dict[str, ActiveWorktree] = field(default_factory=dict)
+    """Worktrees handed to background work (reset or removal), by path: removed at close
+    if that work never ran."""
     """Worktrees being reset for reuse: a claim waits for one rather than check out."""
     returned: anyio.Event = field(default_factory=anyio.Event)
 
@@ -160,9 +163,10 @@ class WarmPool:
             await group.__aexit__(None, None, None)
         with anyio.CancelScope(shield=True):
             for pool in self._pools.values():
-                idle, pool.idle = pool.idle, []
-                for slot in idle:
-                    await self._drop(pool, slot)
+                left = [*pool.idle, *pool.handed.values()]
+                pool.idle, pool.handed, pool.size = [], {}, 0
+                for slot in left:
+                    await self._remove(pool.repo, slot)
             self._pending = 0  # a task cancelled before it began never counted down
             self._settled.set()
 
@@ -204,7 +208,8 @@ class WarmPool:
             stale, pool.idle = pool.idle, []
             pool.size -= len(stale)
             for slot in stale:
-                self._soon(functools.partial(self._remove, pool.repo, slot))
+                pool.handed[slot.path] = slot
+                self._soon(functools.partial(self._remove_handed, pool, slot))
         return pool
 
     def prepare(self, repo: Repository, base: str, cwd: str | None = None) -> None:
@@ -379,7 +384,7 @@ class WarmPool:
         )
         unchanged = status.ok and _status_unchanged(status.stdout, active.base, active.branch)
         if unchanged and await self._detach(active, delete_branch=True):
-            self._recycle_soon(pool, active)
+            await self._give_back(pool, active)
             return Changes(branch=active.branch, commit=None, base=active.base)
         counted = await commit_and_count(active, provider, ended)
         if counted is None:
@@ -388,7 +393,7 @@ class WarmPool:
         tip, files, insertions, deletions = counted
         changed = tip != active.base
         if await self._detach(active, delete_branch=not changed):
-            self._recycle_soon(pool, active)
+            await self._give_back(pool, active)
         else:
             await self._drop(pool, active, branch=None if changed else active.branch)
         return Changes(
@@ -424,9 +429,20 @@ class WarmPool:
             _log.warning("dsh-worktree: detaching %s failed: %s", active.path, done.first_line())
         return done.ok
 
-    def _recycle_soon(self, pool: _Pool, active: ActiveWorktree) -> None:
+    async def _give_back(self, pool: _Pool, active: ActiveWorktree) -> None:
+        """Recycle a collected worktree in the background (remove it when closing)."""
+        if not self.active:
+            await self._drop(pool, active)
+            return
         pool.recycling += 1
+        pool.handed[active.path] = active
         self._soon(functools.partial(self._recycle, pool, active))
+
+    async def _remove_handed(self, pool: _Pool, slot: ActiveWorktree) -> None:
+        try:
+            await self._remove(pool.repo, slot)
+        finally:
+            pool.handed.pop(slot.path, None)
 
     async def _recycle(self, pool: _Pool, active: ActiveWorktree) -> None:
         slot = ActiveWorktree(active.repo, active.path, "", active.base, active.run_id, False)
@@ -442,6 +458,7 @@ class WarmPool:
             else:
                 await self._drop(pool, slot)
         finally:
+            pool.handed.pop(active.path, None)
             pool.recycling -= 1
             returned, pool.returned = pool.returned, anyio.Event()
             returned.set()
