@@ -94,10 +94,10 @@ class _Pool:
     """Worktrees this pool owns: idle, claimed, being created or recycled."""
     filling: bool = False
     recycling: int = 0
+    """Worktrees being reset for reuse: a claim waits for one rather than check out."""
     handed: dict[str, ActiveWorktree] = field(default_factory=dict)
     """Worktrees handed to background work (reset or removal), by path: removed at close
     if that work never ran."""
-    """Worktrees being reset for reuse: a claim waits for one rather than check out."""
     returned: anyio.Event = field(default_factory=anyio.Event)
 
 
