@@ -1,12 +1,15 @@
 """P7: the cost of worktree isolation per Codex delegation, on a repository of 10 000 files.
 
-Both sides run one keyless Codex delegation (start → result → dispose, the app-server's
+Every side runs one keyless Codex delegation (start → result → dispose, the app-server's
 tree gone) from the same repository against the same loopback Responses fixture: plain
-(the product works in the repository's own tree) and isolated by dsh-worktree (a fresh
-worktree of the repository's HEAD on a new branch is created, the product works there,
-then ``git add --all`` finds nothing to commit, the worktree is removed and its branch
-deleted). The difference is the whole isolation cost: create + collect + remove. The
-model answers without editing, so both sides leave the repository as it was.
+(the product works in the repository's own tree); isolated cold (a fresh worktree of the
+repository's HEAD on a new branch is created, the product works there, then ``git add
+--all`` finds nothing to commit, the worktree is removed and its branch deleted: create +
+collect + remove); isolated warm (``Worktree(warm=1)``: a worktree checked out ahead is
+claimed by ref writes, collected by one ``git status`` and a ref transaction, and reset
+for reuse in the background — the bench waits for that reset to finish before the next
+sample, so it never overlaps a measured run, and reports its median separately). The
+model answers without editing, so every side leaves the repository as it was.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from typing import Any, Final
 import dsh_worktree.provider as worktree_provider
 from dsh_contract_tests.fixtures.responses import PlainAnswer, ResponsesFixture
 from dsh_subagent import ParentContext, SubagentService, SubagentStartRequest, TextBlock
-from dsh_worktree import Worktree
+from dsh_worktree import Worktree, WorktreeProvider
+from dsh_worktree.pool import WarmPool
 
 from bench.bench_codex import ANSWER, TASK, codex_home
-from bench.bench_common import Comparison, Profile, Samples, clock, interleave, temp_root
+from bench.bench_common import Comparison, Profile, Samples, clock, interleave_many, temp_root
 
 __all__ = ["FILES", "make_repository", "run_p7"]
 
@@ -55,7 +59,11 @@ def make_repository(root: Path, files: int = FILES) -> Path:
 
 
 async def _once(
-    service: SubagentService, name: str, repo: Path, fixture: ResponsesFixture
+    service: SubagentService,
+    name: str,
+    repo: Path,
+    fixture: ResponsesFixture,
+    settle: WorktreeProvider | None = None,
 ) -> float:
     fixture.enqueue(PlainAnswer(ANSWER))
     started = clock()
@@ -70,78 +78,119 @@ async def _once(
     finally:
         await run.dispose()
     elapsed = clock() - started
+    if settle is not None:
+        await settle.wait_settled()  # the background reset, outside the measured run
     if result.stop_reason != "completed" or result.text != ANSWER:
         raise RuntimeError(f"the {name} run failed: {result.stop_reason} {result.diagnostic}")
-    if name == "codex-isolated" and (result.changes is None or result.changes.commit is not None):
+    if name != "codex-plain" and (result.changes is None or result.changes.commit is not None):
         raise RuntimeError("the isolated run reported unexpected changes")
     return elapsed
 
 
+def _timed(phases: dict[str, list[float]], name: str, original: Any) -> Any:
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        started = clock()
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            phases[name].append(clock() - started)
+
+    return timed
+
+
 @contextlib.contextmanager
 def timed_phases(phases: dict[str, list[float]]) -> Iterator[None]:
-    """Time the provider's worktree create and collect (+ remove) calls."""
+    """Time the provider's cold create and collect (+ remove) calls, and the warm pool's
+    claim, collect and background recycle."""
     namespace = vars(worktree_provider)  # the names the provider module calls
     original_create, original_collect = namespace["create"], namespace["collect"]
-
-    async def create(*args: Any) -> Any:
-        started = clock()
-        try:
-            return await original_create(*args)
-        finally:
-            phases["create"].append(clock() - started)
-
-    async def collect(*args: Any) -> Any:
-        started = clock()
-        try:
-            return await original_collect(*args)
-        finally:
-            phases["collect + remove"].append(clock() - started)
-
-    namespace["create"], namespace["collect"] = create, collect
+    originals = {name: getattr(WarmPool, name) for name in ("claim_at", "release", "_recycle")}
+    namespace["create"] = _timed(phases, "cold: create", original_create)
+    namespace["collect"] = _timed(phases, "cold: collect + remove", original_collect)
+    labels = {"claim_at": "warm: claim", "release": "warm: collect", "_recycle": "warm: recycle"}
+    for name, original in originals.items():
+        setattr(WarmPool, name, _timed(phases, labels[name], original))
     try:
         yield
     finally:
         namespace["create"], namespace["collect"] = original_create, original_collect
+        for name, original in originals.items():
+            setattr(WarmPool, name, original)
+
+
+def _comparison(
+    case: str, label: str, ours: list[float], plain: list[float], notes: list[str]
+) -> Comparison:
+    cost = statistics.median(ours) - statistics.median(plain)
+    return Comparison(
+        benchmark="P7 worktree isolation",
+        case=f"one Codex delegation, repository of {FILES} files, {case}",
+        ours_label=label,
+        reference_label="the same delegation without isolation",
+        ours=Samples(tuple(ours)),
+        reference=Samples(tuple(plain)),
+        ratio_of="ours/reference",
+        target=f"≤ {TARGET:.2f}",
+        target_check=lambda ratio: ratio <= TARGET,
+        notes=[f"isolation cost (difference of medians): {cost:.3f} s per delegation", *notes],
+    )
 
 
 async def run_p7(profile: Profile) -> list[Comparison]:
-    """Interleaved pairs: isolated Codex delegation against the plain one."""
-    pairs = max(2, profile.p1_pairs // 3)
-    phases: dict[str, list[float]] = {"create": [], "collect + remove": []}
+    """Interleaved rounds: plain, cold-isolated and warm-isolated Codex delegations."""
+    rounds = max(2, profile.p1_pairs // 3)
+    phases: dict[str, list[float]] = {
+        name: []
+        for name in (
+            "cold: create",
+            "cold: collect + remove",
+            "warm: claim",
+            "warm: collect",
+            "warm: recycle",
+        )
+    }
     with temp_root("p7") as root, ResponsesFixture() as fixture, timed_phases(phases):
         repo = make_repository(root)
         home = codex_home(root / "codex", fixture.base_url)
         worktrees = root / "worktrees"
-        async with SubagentService() as service:
+        warm = Worktree(root=str(worktrees), warm=1).isolate(home.provider("codex-warm"))
+        async with SubagentService() as service, warm:
             service.register_provider(home.provider("codex-plain"))
             service.register_provider(
                 Worktree(root=str(worktrees)).isolate(home.provider("codex-isolated"))
             )
-            isolated, plain = await interleave(
+            service.register_provider(warm)
+            await warm.prewarm(str(repo))
+            plain, cold, hot = await interleave_many(
                 profile.warmup,
-                pairs,
-                lambda: _once(service, "codex-isolated", repo, fixture),
-                lambda: _once(service, "codex-plain", repo, fixture),
-            )
-    cost = statistics.median(isolated) - statistics.median(plain)
-    return [
-        Comparison(
-            benchmark="P7 worktree isolation",
-            case=f"one Codex delegation, repository of {FILES} files",
-            ours_label="isolated (worktree create + collect + remove)",
-            reference_label="the same delegation without isolation",
-            ours=Samples(tuple(isolated)),
-            reference=Samples(tuple(plain)),
-            ratio_of="ours/reference",
-            target=f"≤ {TARGET:.2f}",
-            target_check=lambda ratio: ratio <= TARGET,
-            notes=[
-                f"isolation cost (difference of medians): {cost:.3f} s per delegation",
-                *(
-                    f"{name}: median {statistics.median(values):.3f} s"
-                    for name, values in phases.items()
-                    if values
+                rounds,
+                (
+                    lambda: _once(service, "codex-plain", repo, fixture),
+                    lambda: _once(service, "codex-isolated", repo, fixture),
+                    lambda: _once(service, "codex-warm", repo, fixture, settle=warm),
                 ),
-            ],
-        )
+            )
+
+    def medians(prefix: str) -> list[str]:
+        return [
+            f"{name.removeprefix(prefix)}: median {statistics.median(values) * 1000:.0f} ms"
+            for name, values in phases.items()
+            if values and name.startswith(prefix)
+        ]
+
+    return [
+        _comparison(
+            "cold (a checkout per run)",
+            "isolated cold (worktree create + collect + remove)",
+            cold,
+            plain,
+            medians("cold: "),
+        ),
+        _comparison(
+            "warm pool (Worktree(warm=1))",
+            "isolated warm (claim + collect; recycle off the run's path)",
+            hot,
+            plain,
+            [*medians("warm: "), "recycle runs in the background, not in the measured run"],
+        ),
     ]

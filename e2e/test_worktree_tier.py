@@ -306,6 +306,43 @@ def test_a_batch_of_four_parallel_edits_lands_on_four_branches(
     assert {"codex" if product == "codex" else "claude"} <= {p.name for p in watch.seen}
 
 
+def test_a_sequential_batch_reuses_one_warm_worktree_and_each_task_sees_it_fresh(
+    setup: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --concurrency 1: one worktree, checked out once, reset between the four tasks. Each
+    # task's branch holds exactly its own edit: nothing the previous task wrote leaked.
+    ids = ["w1", "w2", "w3", "w4"]
+    tasks = setup.root / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"id": i, "task": task_text(i)}) + "\n" for i in ids), encoding="utf-8"
+    )
+    out = setup.root / "results.jsonl"
+    before = setup.main_state()
+    with ProcessWatch() as watch:
+        code = main(
+            [
+                "batch", str(setup.profile(isolated=False)), "subagent_codex", str(tasks),
+                "--out", str(out), "--cwd", str(setup.repo), "--concurrency", "1", "--worktree",
+            ]
+        )  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 0, err
+        assert watch.alive() == []
+    records = {r["id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert {i: r["answer"] for i, r in records.items()} == {i: f"EDITED-{i}" for i in ids}
+    _assert_branches(setup, {i: r["changes"] for i, r in records.items()}, before)
+    # Every Codex request names the directory it works in: one worktree for all four.
+    cache = str(setup.root / "home" / ".cache" / "dsh" / "worktrees")
+    cwds = {
+        found
+        for request in setup.codex_model.requests
+        for found in re.findall(
+            re.escape(cache) + r"/[^/\"<\\]+/[0-9a-f]{12}", json.dumps(request.body)
+        )
+    }
+    assert len(cwds) == 1, cwds
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_two_concurrent_mcp_calls_edit_in_their_own_worktrees(setup: Setup) -> None:

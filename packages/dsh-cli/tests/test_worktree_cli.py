@@ -38,6 +38,7 @@ class EditingEntry(ScriptedProvider):
     """Writes ``edited.txt`` (naming the task) into the run's cwd, then answers ``done``."""
 
     Config: ClassVar[type[EditingConfig]] = EditingConfig
+    cwds: ClassVar[list[str]] = []
 
     def __init__(self, config: EditingConfig) -> None:
         super().__init__(config.provider_name, [Script(output=(TextBlock(text="done"),))])
@@ -45,6 +46,7 @@ class EditingEntry(ScriptedProvider):
 
     async def start(self, request: ResolvedSubagentStartRequest) -> SubprocessRunHandle:
         assert request.parent.cwd is not None
+        EditingEntry.cwds.append(request.parent.cwd)
         _write(Path(request.parent.cwd, "edited.txt"), request.prompt[0].text)
         return await super().start(request)
 
@@ -177,7 +179,7 @@ def test_worktree_setting_flags_need_worktree(
     code = _dsh("run", str(_profile(tmp_path)), "subagent_worker", "t", "--worktree-keep")
     assert code == 2
     assert capsys.readouterr().err == (
-        "dsh: error: --worktree-base/-branch/-root/-keep need --worktree\n"
+        "dsh: error: --worktree-base/-branch/-root/-keep/-warm need --worktree\n"
     )
 
 
@@ -202,6 +204,54 @@ def test_batch_worktree_gives_each_task_its_branch(
         branch = record["changes"]["branch"]
         assert _git(repo, "show", f"{branch}:edited.txt") == f"task {index}"
     assert len({r["changes"]["branch"] for r in records}) == 3
+
+
+def _worktrees(repo: Path) -> list[str]:
+    listed = _git(repo, "worktree", "list", "--porcelain").splitlines()
+    return [line.removeprefix("worktree ") for line in listed if line.startswith("worktree ")]
+
+
+def test_batch_worktree_reuses_a_warm_pool_as_large_as_its_concurrency(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"id": f"t{i}", "task": f"task {i}"}) + "\n" for i in range(4)),
+        encoding="utf-8",
+    )
+    out = tmp_path / "results.jsonl"
+    EditingEntry.cwds.clear()
+    code = _dsh(
+        "batch", str(_profile(tmp_path)), "subagent_worker", str(tasks), "--out", str(out),
+        "--cwd", str(repo), "--concurrency", "1", "--worktree",
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    for record in records:
+        index = record["id"].removeprefix("t")
+        assert _git(repo, "show", f"{record['changes']['branch']}:edited.txt") == f"task {index}"
+    # One worktree, checked out once and reset between tasks; removed at the end.
+    assert len(EditingEntry.cwds) == 4
+    assert len(set(EditingEntry.cwds)) == 1
+    assert _worktrees(repo) == [str(repo)]
+    assert _git(repo, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("bad", ["65", "-1"])
+def test_a_bad_worktree_warm_flag_is_a_usage_error(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "a", "task": "x"}) + "\n", encoding="utf-8")
+    code = _dsh(
+        "batch", str(_profile(tmp_path)), "subagent_worker", str(tasks), "--out",
+        str(tmp_path / "out.jsonl"), "--cwd", str(repo), "--worktree", "--worktree-warm", bad,
+    )  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dsh: error: --worktree-warm")
+    assert err.count("\n") == 1
+    assert _worktrees(repo) == [str(repo)]
 
 
 def test_batch_refuses_a_task_cwd_outside_a_repository_before_starting(

@@ -39,12 +39,12 @@ def _worktrees(repo: Path) -> list[str]:
     ]
 
 
-async def _killed_host_worktree(repo: Path, tmp_path: Path) -> Path:
+async def _killed_host_worktree(repo: Path, tmp_path: Path, warm: int = 0) -> Path:
     """Run the host until its product wrote a file, SIGKILL it; the worktree it left."""
     ready = tmp_path / "ready"
     host = await spawn(
         SpawnSpec(
-            argv=(sys.executable, HOST, str(repo), str(ready)),
+            argv=(sys.executable, HOST, str(repo), str(ready), str(warm)),
             cwd=str(tmp_path),
             stdin="devnull",
             stdout="devnull",
@@ -176,3 +176,29 @@ def test_lock_reasons_round_trip() -> None:
     assert owner.state() == "live"
     assert parse_reason("some other reason") is None
     assert parse_reason("dsh-worktree host=h pid=notanumber") is None
+
+
+async def test_a_host_killed_with_a_warm_pool_is_recovered(repo: Path, tmp_path: Path) -> None:
+    # The killed host held two warm worktrees: one claimed by the run (on its branch, a
+    # file written), one idle (detached at the base).
+    left = await _killed_host_worktree(repo, tmp_path, warm=2)
+    repository = await open_repository(str(repo), git_executable())
+    owned = await list_worktrees(repository)
+    assert sorted(item.branch is None for item in owned) == [False, True]
+    assert {item.state for item in owned} == {"abandoned"}
+    claimed = next(item for item in owned if item.branch is not None)
+    assert claimed.path == str(left)
+
+    done = await recover(repository)
+
+    actions = sorted((item.action, item.branch) for item in done)
+    assert actions == [("committed", claimed.branch), ("discarded", None)]
+    commit = next(item.commit for item in done if item.action == "committed")
+    assert commit is not None
+    assert git_out(repo, "show", f"{commit}:written-before-the-kill.txt") == "partial work"
+    message = git_out(repo, "log", "-1", "--format=%B", commit)
+    assert "Run ended: abandoned" in message
+    assert claimed.branch is not None
+    run_id = claimed.branch.removeprefix("dsh/")
+    assert f"Delegation: {run_id}" in message  # the claimed run, not the warm slot
+    assert _worktrees(repo) == [str(repo)]

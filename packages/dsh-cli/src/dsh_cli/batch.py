@@ -333,7 +333,7 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "shipped to every node with --ray",
     )
     add_budget_flags(batch, scope="per task")
-    add_worktree_flags(batch, scope="each task")
+    add_worktree_flags(batch, scope="each task", warm="the concurrency")
     batch.add_argument(
         "--ray",
         nargs="?",
@@ -386,7 +386,9 @@ def cmd_batch(
         raise UsageError(
             "--worktree runs on this machine; with --ray set the isolation in the profile"
         )
-    composition = isolate_from_flags(composition, provider, args)
+    # A bounded batch reuses its worktrees: a pool as large as its concurrency.
+    warm = args.concurrency or default_concurrency()
+    composition = isolate_from_flags(composition, provider, args, warm=warm)
     results = ResultsFile(args.out)
     results.open()  # the lock is held from here to the end of the batch
     try:

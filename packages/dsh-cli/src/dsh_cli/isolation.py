@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Iterable
 
 import anyio
-from dsh_worktree import Worktree, WorktreeError, WorktreeProvider, preflight
+from dsh_worktree import MAX_WARM, Worktree, WorktreeError, WorktreeProvider, preflight
 from pydantic import ValidationError
 
 from dsh_cli.errors import UsageError
@@ -25,8 +25,11 @@ from dsh_cli.profile import describe_validation_error
 __all__ = ["add_worktree_flags", "check_isolation", "isolate_from_flags"]
 
 
-def add_worktree_flags(parser: argparse.ArgumentParser, *, scope: str) -> None:
-    """``--worktree`` and its settings."""
+def add_worktree_flags(
+    parser: argparse.ArgumentParser, *, scope: str, warm: str | None = None
+) -> None:
+    """``--worktree`` and its settings; ``warm`` (its default, described) adds
+    ``--worktree-warm``."""
     parser.add_argument(
         "--worktree",
         action="store_true",
@@ -51,6 +54,14 @@ def add_worktree_flags(parser: argparse.ArgumentParser, *, scope: str) -> None:
         action="store_true",
         help="with --worktree: keep the worktree after committing its changes",
     )
+    if warm is not None:
+        parser.add_argument(
+            "--worktree-warm",
+            metavar="N",
+            type=int,
+            help="with --worktree: how many worktrees to keep checked out and reuse "
+            f"(0 to 64; default {warm})",
+        )
 
 
 def _settings(args: argparse.Namespace, base: Worktree | None) -> Worktree | None:
@@ -59,11 +70,12 @@ def _settings(args: argparse.Namespace, base: Worktree | None) -> Worktree | Non
         "branch": args.worktree_branch,
         "root": args.worktree_root,
         "keep": True if args.worktree_keep else None,
+        "warm": getattr(args, "worktree_warm", None),
     }
     overrides = {key: value for key, value in given.items() if value is not None}
     if not args.worktree:
         if overrides:
-            raise UsageError("--worktree-base/-branch/-root/-keep need --worktree")
+            raise UsageError("--worktree-base/-branch/-root/-keep/-warm need --worktree")
         return None
     start = base.model_dump(exclude_unset=True) if base is not None else {}
     try:
@@ -74,9 +86,12 @@ def _settings(args: argparse.Namespace, base: Worktree | None) -> Worktree | Non
 
 
 def isolate_from_flags(
-    composition: Composition, provider: str, args: argparse.Namespace
+    composition: Composition, provider: str, args: argparse.Namespace, *, warm: int = 0
 ) -> Composition:
     """The composition with ``provider`` isolated as the ``--worktree`` flags ask.
+
+    ``warm`` is the warm pool's size when neither the profile nor ``--worktree-warm``
+    sets one (``dsh batch``: its concurrency; see docs/worktrees.md).
 
     Raises:
         UsageError: a setting flag without ``--worktree``, a bad setting, or an instance
@@ -86,6 +101,8 @@ def isolate_from_flags(
     settings = _settings(args, loaded.worktree)
     if settings is None:
         return composition
+    if "warm" not in settings.model_fields_set:  # neither the profile nor a flag set it
+        settings = settings.model_copy(update={"warm": min(warm, MAX_WARM)})
     inner = loaded.provider
     if isinstance(inner, WorktreeProvider):
         inner = inner.inner

@@ -4,13 +4,15 @@
 :class:`~dsh_tool_jobs.JobRegistry`, registers every loaded provider in profile order and
 leaves both on exit (the registry first, so background runs are cancelled and disposed
 before the service closes). Registering starts nothing; a product process exists only
-while a delegation runs.
+while a delegation runs. An instance isolated by dsh-worktree is entered around the
+service, so a warm worktree pool (its ``warm`` setting) lives as long as the runtime and
+is removed after the service has collected every run.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 from dsh_subagent import (
@@ -26,6 +28,7 @@ from dsh_subagent.tool import ModelTool, SubagentTool, SubagentToolConfig
 from dsh_tool_jobs import JobRegistry, NoticeSink
 from dsh_tool_jobs.background import BackgroundSubagentLauncher
 from dsh_tool_jobs.tools import job_tools
+from dsh_worktree import WorktreeProvider
 from pydantic import JsonValue
 
 from dsh_cli.errors import UsageError
@@ -73,6 +76,18 @@ async def open_runtime(
             model has seen its end (the registry's completion notices); without it no
             notice is sent.
     """
+    async with AsyncExitStack() as pools:
+        for loaded in composition.providers:
+            if isinstance(loaded.provider, WorktreeProvider):
+                await pools.enter_async_context(loaded.provider)
+        async with _service(composition, notice_sink) as runtime:
+            yield runtime
+
+
+@asynccontextmanager
+async def _service(
+    composition: Composition, notice_sink: NoticeSink | None
+) -> AsyncIterator[Runtime]:
     async with SubagentService() as service:
         for loaded in composition.providers:
             service.register_provider(loaded.provider)

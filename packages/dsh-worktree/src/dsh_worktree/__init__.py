@@ -21,7 +21,7 @@ from dsh_worktree.recovery import (
     recover_repository,
 )
 from dsh_worktree.repo import Repository, open_repository
-from dsh_worktree.settings import DEFAULT_BRANCH, Worktree, default_root
+from dsh_worktree.settings import DEFAULT_BRANCH, MAX_WARM, Worktree, default_root
 
 logging.getLogger("dsh_worktree").addHandler(logging.NullHandler())
 
@@ -29,6 +29,7 @@ __all__ = [
     "COMMIT_AUTHOR",
     "COMMIT_EMAIL",
     "DEFAULT_BRANCH",
+    "MAX_WARM",
     "OwnedWorktree",
     "Recovered",
     "Repository",

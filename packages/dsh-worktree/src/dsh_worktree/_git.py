@@ -11,6 +11,7 @@ that keeps a run's work, and a background ``gc`` must not outlive the command.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -95,10 +96,13 @@ async def git(
     *args: str,
     env: Mapping[str, str | None] | None = None,
     executable: str | None = None,
+    stdin: bytes | None = None,
 ) -> GitResult:
     """Run ``git <args>`` in ``cwd`` and return its exit status, stdout and stderr lines.
 
-    The process tree is gone when this returns, also when the caller is cancelled.
+    ``stdin`` is written to git's standard input (then closed); without it git reads
+    ``/dev/null``. The process tree is gone when this returns, also when the caller is
+    cancelled.
 
     Raises:
         WorktreeError: git could not be started.
@@ -109,7 +113,7 @@ async def git(
         argv=tuple(argv),
         cwd=cwd,
         env={**_ENV, **(env or {})},
-        stdin="devnull",
+        stdin="devnull" if stdin is None else "pipe",
         stdout="pipe",
         stderr="pipe",
         grace=1.0,
@@ -120,6 +124,12 @@ async def git(
         raise WorktreeError(f"git could not be started: {exc}") from exc
     kept = bytearray()
     async with proc:
+        if stdin is not None:
+            sink = proc.stdin
+            assert sink is not None
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await sink.send(stdin)
+            await sink.aclose()
         stream = proc.stdout
         assert stream is not None
         try:

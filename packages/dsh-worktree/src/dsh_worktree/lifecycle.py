@@ -33,11 +33,16 @@ __all__ = [
     "COMMIT_EMAIL",
     "READY_MARKER",
     "ActiveWorktree",
+    "admin_dir",
     "collect",
+    "commit_and_count",
     "commit_message",
     "create",
+    "kept_for_recovery",
     "new_run_id",
+    "ready_run_id",
     "repository_dir",
+    "write_ready_marker",
 ]
 
 _log = logging.getLogger("dsh_worktree")
@@ -95,7 +100,8 @@ class ActiveWorktree:
         return os.path.join(self.path, self.repo.prefix) if self.repo.prefix else self.path
 
 
-def _admin_dir(path: str) -> str | None:
+def admin_dir(path: str) -> str | None:
+    """The worktree's git administrative directory (from its ``.git`` file)."""
     try:
         with open(os.path.join(path, ".git"), encoding="utf-8") as handle:
             line = handle.read().strip()
@@ -106,8 +112,29 @@ def _admin_dir(path: str) -> str | None:
 
 def is_ready(path: str) -> bool:
     """Whether the worktree at ``path`` was fully created (its ready marker exists)."""
-    admin = _admin_dir(path)
+    admin = admin_dir(path)
     return admin is not None and os.path.exists(os.path.join(admin, READY_MARKER))
+
+
+def ready_run_id(path: str) -> str | None:
+    """The delegation id the worktree's ready marker names (``None`` without a marker)."""
+    admin = admin_dir(path)
+    if admin is None:
+        return None
+    try:
+        with open(os.path.join(admin, READY_MARKER), encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def write_ready_marker(path: str, run_id: str) -> None:
+    """Name ``run_id`` in the worktree's ready marker (a warm worktree claimed by a run)."""
+    admin = admin_dir(path)
+    if admin is None:
+        raise WorktreeError(f"no worktree at {path}")
+    with open(os.path.join(admin, READY_MARKER), "w", encoding="utf-8") as handle:
+        handle.write(run_id + "\n")
 
 
 def _prepare_parent(repo: Repository, settings: Worktree, run_id: str) -> str:
@@ -123,27 +150,28 @@ def _prepare_parent(repo: Repository, settings: Worktree, run_id: str) -> str:
 
 
 def _mark_ready(active: ActiveWorktree) -> None:
-    admin = _admin_dir(active.path)
-    if admin is None:
+    if admin_dir(active.path) is None:
         raise WorktreeError(f"git worktree add left no worktree at {active.path}")
-    with open(os.path.join(admin, READY_MARKER), "w", encoding="utf-8") as handle:
-        handle.write(active.run_id + "\n")
+    write_ready_marker(active.path, active.run_id)
     os.makedirs(active.child_cwd(), exist_ok=True)
 
 
 async def create(
-    repo: Repository, settings: Worktree, base: str, branch: str, run_id: str
+    repo: Repository, settings: Worktree, base: str, branch: str | None, run_id: str
 ) -> ActiveWorktree:
     """Create the worktree at ``base`` on the new ``branch``, locked by this process.
 
-    A failure (or cancellation) part way removes whatever was created.
+    ``branch=None`` creates it with a detached ``HEAD`` (a warm pool's idle worktree;
+    its ``branch`` is then ``""``). A failure (or cancellation) part way removes
+    whatever was created.
 
     Raises:
         WorktreeError: git refused (one line with git's reason).
     """
     path = _prepare_parent(repo, settings, run_id)
     owner = current_owner(base, run_id)
-    active = ActiveWorktree(repo, path, branch, base, run_id, settings.keep)
+    active = ActiveWorktree(repo, path, branch or "", base, run_id, settings.keep)
+    where = ("-b", branch, path, base) if branch is not None else ("--detach", path, base)
     try:
         async with repository_lock(repo):
             added = await git_retrying(
@@ -157,10 +185,7 @@ async def create(
                 "--lock",
                 "--reason",
                 owner.reason(),
-                "-b",
-                branch,
-                path,
-                base,
+                *where,
             )
         if not added.ok:
             raise WorktreeError(f"git worktree add failed: {added.first_line()}")
@@ -177,7 +202,8 @@ async def _discard(active: ActiveWorktree) -> None:
     with contextlib.suppress(WorktreeError):
         async with repository_lock(active.repo):
             await remove_locked(active.repo, active.path)
-            await delete_branch_locked(active.repo, active.branch, active.base)
+            if active.branch:
+                await delete_branch_locked(active.repo, active.branch, active.base)
 
 
 def _present(path: str) -> bool:
@@ -252,6 +278,34 @@ async def commit_all(active: ActiveWorktree, provider: str, ended: str) -> str:
     return tip
 
 
+async def commit_and_count(
+    active: ActiveWorktree, provider: str, ended: str
+) -> tuple[str, int, int, int] | None:
+    """Commit the run's changes and count them: ``(tip, files, insertions, deletions)``.
+
+    Never raises for a git failure: the worktree is then re-locked as abandoned (a later
+    recovery commits it) and ``None`` is returned.
+    """
+    try:
+        tip = await commit_all(active, provider, ended)
+        files = insertions = deletions = 0
+        if tip != active.base:
+            stat = await git_retrying(
+                active.repo, active.path, "diff", "--shortstat", active.base, tip
+            )
+            files, insertions, deletions = _stat(stat.stdout)
+    except WorktreeError as exc:
+        _log.error("dsh-worktree: collecting %s failed, kept for recovery: %s", active.path, exc)
+        await _mark_abandoned(active)
+        return None
+    return tip, files, insertions, deletions
+
+
+def kept_for_recovery(active: ActiveWorktree) -> Changes:
+    """The changes of a run whose collection failed: the worktree is kept, no commit."""
+    return Changes(branch=active.branch, commit=None, base=active.base, worktree=active.path)
+
+
 async def collect(active: ActiveWorktree, provider: str, ended: str) -> Changes:
     """Commit the run's changes, remove the worktree (unless kept) and say what changed.
 
@@ -259,16 +313,10 @@ async def collect(active: ActiveWorktree, provider: str, ended: str) -> Changes:
     abandoned (a later recovery commits it), and the result names it.
     """
     repo = active.repo
-    try:
-        tip = await commit_all(active, provider, ended)
-        files = insertions = deletions = 0
-        if tip != active.base:
-            stat = await git_retrying(repo, active.path, "diff", "--shortstat", active.base, tip)
-            files, insertions, deletions = _stat(stat.stdout)
-    except WorktreeError as exc:
-        _log.error("dsh-worktree: collecting %s failed, kept for recovery: %s", active.path, exc)
-        await _mark_abandoned(active)
-        return Changes(branch=active.branch, commit=None, base=active.base, worktree=active.path)
+    counted = await commit_and_count(active, provider, ended)
+    if counted is None:
+        return kept_for_recovery(active)
+    tip, files, insertions, deletions = counted
     changed = tip != active.base
     async with repository_lock(repo):
         if active.keep:

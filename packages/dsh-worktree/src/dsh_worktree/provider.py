@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Final
+import os
+from collections.abc import Awaitable, Callable
+from typing import Final, Self
 
 import anyio
 from dsh_subagent import (
@@ -34,8 +36,15 @@ from pydantic import BaseModel
 from dsh_worktree._git import git_executable
 from dsh_worktree.errors import WorktreeError
 from dsh_worktree.lifecycle import ActiveWorktree, collect, create, new_run_id
+from dsh_worktree.pool import WarmPool
 from dsh_worktree.recovery import recover
-from dsh_worktree.repo import check_new_branch, open_repository, resolve_base
+from dsh_worktree.repo import (
+    Repository,
+    check_new_branch,
+    inspect_repository,
+    open_repository,
+    resolve_base,
+)
 from dsh_worktree.settings import Worktree
 
 __all__ = ["START_FAILED", "WorktreeProvider", "WorktreeRun", "configured_cwd_of", "preflight"]
@@ -90,6 +99,7 @@ class WorktreeProvider(SubagentProvider):
             )
         self._inner = inner
         self._settings = settings if settings is not None else Worktree()
+        self._pool: WarmPool | None = None
 
     @property
     def inner(self) -> SubagentProvider:
@@ -140,16 +150,31 @@ class WorktreeProvider(SubagentProvider):
                 "the delegation has no working directory (the cwd names the repository)"
             )
         settings = self._settings
-        repo = await open_repository(cwd, git_executable())
-        base = await resolve_base(repo, settings.base)
+        pool = self._pool if self._pool is not None and self._pool.active else None
         run_id = new_run_id()
         branch = settings.branch_for(run_id)
-        await check_new_branch(repo, branch)
-        try:
-            await recover(repo)
-        except WorktreeError as exc:  # an old worktree must not block a new run
-            _log.warning("dsh-worktree: %s", exc.message)
-        active = await create(repo, settings, base, branch, run_id)
+        active: ActiveWorktree | None = None
+        if pool is not None:
+            if branch.startswith("-"):
+                raise WorktreeError(f"{branch!r} is not a valid branch name")
+            repo, base, active = await pool.claim_at(cwd, branch, run_id)
+            if active is not None:  # a directory the base does not track, as at create
+                os.makedirs(active.child_cwd(), exist_ok=True)
+        else:
+            repo = await open_repository(cwd, git_executable())
+            base = await resolve_base(repo, settings.base)
+        collector: Callable[[ActiveWorktree, str, str], Awaitable[Changes]] = (
+            pool.release if active is not None and pool is not None else collect
+        )
+        if active is None:
+            await check_new_branch(repo, branch)
+            try:
+                await recover(repo)
+            except WorktreeError as exc:  # an old worktree must not block a new run
+                _log.warning("dsh-worktree: %s", exc.message)
+            active = await create(repo, settings, base, branch, run_id)
+            if pool is not None:
+                collector = pool.adopt(active)  # the pool grows by the worktrees runs need
         isolated = request.model_copy(
             update={"parent": request.parent.model_copy(update={"cwd": active.child_cwd()})}
         )
@@ -157,9 +182,59 @@ class WorktreeProvider(SubagentProvider):
             inner = await self._inner.start(isolated)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await collect(active, self.name, START_FAILED)
+                await collector(active, self.name, START_FAILED)
             raise
-        return WorktreeRun(inner, active, self.name)
+        return WorktreeRun(inner, active, self.name, collector)
+
+    # -- the warm pool -----------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        """Open the warm pool (``settings.warm > 0``); without one, nothing happens.
+
+        Entering again after :meth:`dispose` opens a new, empty pool.
+        """
+        if self._settings.warm > 0:
+            if self._pool is not None and self._pool.active:
+                raise RuntimeError("this WorktreeProvider's warm pool is open already")
+            self._pool = WarmPool(self._settings)
+            await self._pool.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """:meth:`dispose`."""
+        await self.dispose()
+
+    async def dispose(self) -> None:
+        """Close the warm pool: background work stops and every worktree it holds is
+        removed (a worktree a live run still works in is removed by that run's
+        collection). Call it from the task that entered the provider. Idempotent."""
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def prewarm(self, cwd: str) -> None:
+        """Fill the warm pool for the repository ``cwd`` is in, at the configured base,
+        and wait until it holds ``settings.warm`` ready worktrees (or filling stopped).
+
+        Raises:
+            RuntimeError: the provider has no open warm pool (``warm`` is 0, or it was
+                not entered).
+            WorktreeError: ``cwd`` or the base is refused, as at start.
+        """
+        pool = self._pool
+        if pool is None or not pool.active:
+            raise RuntimeError("prewarm() needs a WorktreeProvider entered with warm > 0")
+        repo, base = await inspect_repository(cwd, self._settings.base, git_executable())
+        pool.prepare(repo, base, cwd)
+        await pool.wait_settled()
+
+    async def wait_settled(self) -> None:
+        """Wait until the warm pool's background work (filling, recycling) is done."""
+        if self._pool is not None:
+            await self._pool.wait_settled()
+
+    def warm_count(self, repo: Repository) -> int:
+        """How many ready worktrees the warm pool holds for the repository."""
+        return self._pool.idle_count(repo) if self._pool is not None else 0
 
 
 class WorktreeRun:
@@ -171,10 +246,17 @@ class WorktreeRun:
     is shielded from cancellation.
     """
 
-    def __init__(self, inner: SubagentRun, active: ActiveWorktree, provider: str) -> None:
+    def __init__(
+        self,
+        inner: SubagentRun,
+        active: ActiveWorktree,
+        provider: str,
+        collector: Callable[[ActiveWorktree, str, str], Awaitable[Changes]] | None = None,
+    ) -> None:
         self._inner = inner
         self._active = active
         self._provider = provider
+        self._collector = collector
         stream = getattr(inner, "progress", None)
         self.progress: ProgressStream = (
             stream if isinstance(stream, ProgressStream) else ProgressStream()
@@ -239,6 +321,7 @@ class WorktreeRun:
         except Exception as exc:
             self._error = exc
         ended = result.stop_reason if result is not None else ERROR
-        changes: Changes = await collect(self._active, self._provider, ended)
+        collector = self._collector if self._collector is not None else collect
+        changes: Changes = await collector(self._active, self._provider, ended)
         if result is not None:
             self._result = result.model_copy(update={"changes": changes})

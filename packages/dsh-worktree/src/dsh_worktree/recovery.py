@@ -23,6 +23,7 @@ from dsh_worktree.lifecycle import (
     commit_all,
     delete_branch_locked,
     is_ready,
+    ready_run_id,
     remove_locked,
 )
 from dsh_worktree.owner import Owner, OwnerState, parse_reason
@@ -139,7 +140,9 @@ async def _recover_one(repo: Repository, item: OwnedWorktree) -> Recovered:
         if branch is not None:
             await delete_branch_locked(repo, branch, base)
         return Recovered(item.path, branch, None, "discarded")
-    active = ActiveWorktree(repo, item.path, branch, base, item.owner.id, keep=False)
+    # A warm pool's worktree names its current delegation in the ready marker.
+    run_id = ready_run_id(item.path) or item.owner.id
+    active = ActiveWorktree(repo, item.path, branch, base, run_id, keep=False)
     tip = await commit_all(active, "unknown (recovered)", RECOVERED_AS)
     await remove_locked(repo, item.path)
     if tip == base:

@@ -32,6 +32,7 @@ __all__ = [
     "Repository",
     "check_new_branch",
     "git_retrying",
+    "inspect_repository",
     "open_repository",
     "repository_lock",
     "resolve_base",
@@ -94,6 +95,36 @@ async def open_repository(cwd: str, executable: str) -> Repository:
     return _located(cwd, common, prefix, executable)
 
 
+async def inspect_repository(cwd: str, base: str, executable: str) -> tuple[Repository, str]:
+    """:func:`open_repository` and :func:`resolve_base` in one git command.
+
+    The same refusals with the same messages (a failure is looked at again by the
+    two-step functions, so the message names the first problem found).
+
+    Raises:
+        WorktreeError: as :func:`open_repository` and :func:`resolve_base`.
+    """
+    if probe_cwd(cwd) is None:
+        result = await git(
+            cwd,
+            "rev-parse",
+            "--is-bare-repository",
+            "--is-inside-work-tree",
+            "--git-common-dir",
+            "--show-prefix",
+            "--verify",
+            "--quiet",
+            "--end-of-options",
+            f"{base}^{{commit}}",
+            executable=executable,
+        )
+        lines = result.stdout.split("\n")
+        if result.ok and len(lines) >= 5 and lines[:2] == ["false", "true"] and lines[4]:
+            return _located(cwd, lines[2], lines[3], executable), lines[4]
+    repo = await open_repository(cwd, executable)
+    return repo, await resolve_base(repo, base)
+
+
 def _located(cwd: str, common: str, prefix: str, executable: str) -> Repository:
     real = os.path.realpath(cwd)
     toplevel = real
@@ -150,7 +181,11 @@ def _is_lock_conflict(result: GitResult) -> bool:
 
 
 async def git_retrying(
-    repo: Repository, cwd: str, *args: str, env: Mapping[str, str | None] | None = None
+    repo: Repository,
+    cwd: str,
+    *args: str,
+    env: Mapping[str, str | None] | None = None,
+    stdin: bytes | None = None,
 ) -> GitResult:
     """:func:`~dsh_worktree._git.git`, retried while one of git's own lock files is taken.
 
@@ -159,13 +194,13 @@ async def git_retrying(
     reason is run again after a short, growing pause.
     """
     delay = 0.05
-    result = await git(cwd, *args, env=env, executable=repo.git)
+    result = await git(cwd, *args, env=env, executable=repo.git, stdin=stdin)
     for _ in range(_GIT_LOCK_RETRIES):
         if result.ok or not _is_lock_conflict(result):
             return result
         await anyio.sleep(delay)
         delay = min(delay * 2, 1.0)
-        result = await git(cwd, *args, env=env, executable=repo.git)
+        result = await git(cwd, *args, env=env, executable=repo.git, stdin=stdin)
     return result
 
 

@@ -7,17 +7,21 @@ import string
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 if TYPE_CHECKING:
     from dsh_subagent import SubagentProvider
 
     from dsh_worktree.provider import WorktreeProvider
 
-__all__ = ["DEFAULT_BRANCH", "Worktree", "default_root"]
+__all__ = ["DEFAULT_BRANCH", "MAX_WARM", "Worktree", "default_root"]
 
 DEFAULT_BRANCH: Final = "dsh/{id}"
 """The branch name pattern: ``{id}`` is the delegation's fresh id (12 hex digits)."""
+
+
+MAX_WARM: Final = 64
+"""The largest warm pool (worktrees kept ready per repository)."""
 
 
 def default_root() -> str:
@@ -43,6 +47,12 @@ class Worktree(BaseModel):
             against the current directory when the settings are made.
         keep: Keep the worktree after its changes were committed (default: remove it;
             the branch always stays when it holds a commit).
+        warm: How many worktrees per repository a long-lived provider keeps checked out
+            and ready (0 to :data:`MAX_WARM`; default 0: every run checks out its own).
+            A run then claims a ready worktree with a few ref writes instead of a
+            checkout, and after collection the worktree is reset to the base in the
+            background and reused. Only while the provider is entered (``async with``);
+            see docs/worktrees.md.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -50,6 +60,7 @@ class Worktree(BaseModel):
     branch: str = Field(default=DEFAULT_BRANCH, min_length=1)
     root: str | None = None
     keep: StrictBool = False
+    warm: StrictInt = Field(default=0, ge=0, le=MAX_WARM)
 
     @field_validator("branch")
     @classmethod

@@ -1,0 +1,528 @@
+"""A warm pool: worktrees checked out ahead of time, claimed by ref writes, reused.
+
+Checking out a large repository is the whole cost of isolation (10 000 files: about a
+second), so a long-lived :class:`~dsh_worktree.WorktreeProvider` with ``warm=N`` keeps
+up to N worktrees per repository checked out at the base, detached, locked by this
+process like any other (see :mod:`dsh_worktree.owner`). Their life:
+
+- **growth**: a run that finds no ready worktree (and none being reset) has one checked
+  out as without a pool; after collection it joins the pool while the pool holds fewer
+  than N. ``prewarm`` fills the pool ahead instead (in the background: recover abandoned
+  worktrees of the repository, then ``git worktree add --detach`` until it holds N).
+- **claim** (on the run's path): ``git switch --create BRANCH`` in an idle worktree whose
+  ``HEAD`` is the requested base: the branch is created at the base and checked out
+  without touching a file. A different base falls back to a fresh checkout (and the
+  pool's old worktrees are removed).
+- **collect** (on the run's path): one ``git status`` decides; nothing changed → one ref
+  transaction detaches ``HEAD`` at the base and deletes the branch. Anything changed →
+  the same commit as without a pool, then ``HEAD`` is detached (the branch is checked
+  out nowhere once the result is handed out).
+- **recycle** (background): ``git reset --hard`` and ``git clean -ffdx`` back to exactly
+  the base's tree (ignored files and nested repositories go too); a worktree whose git
+  administrative directory holds anything a fresh one does not (a merge, rebase or
+  bisect in progress, per-worktree refs or configuration) is removed instead, as is
+  one whose reset fails, or any while the pool is full or closing.
+
+Crash safety is the provider's: an idle worktree is detached (recovery discards it), a
+claimed one is on its branch with its ready marker naming the delegation (recovery
+commits it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+from anyio.abc import TaskGroup
+from dsh_subagent import Changes
+
+from dsh_worktree._git import GitResult, git_executable
+from dsh_worktree.errors import WorktreeError
+from dsh_worktree.lifecycle import (
+    ActiveWorktree,
+    admin_dir,
+    collect,
+    commit_and_count,
+    create,
+    kept_for_recovery,
+    new_run_id,
+    remove_locked,
+    write_ready_marker,
+)
+from dsh_worktree.recovery import recover
+from dsh_worktree.repo import Repository, git_retrying, inspect_repository, repository_lock
+from dsh_worktree.settings import Worktree
+
+__all__ = ["FRESH_ADMIN_ENTRIES", "WarmPool"]
+
+_log = logging.getLogger("dsh_worktree")
+
+FRESH_ADMIN_ENTRIES: Final = frozenset(
+    {
+        "HEAD",
+        "ORIG_HEAD",
+        "FETCH_HEAD",
+        "AUTO_MERGE",
+        "COMMIT_EDITMSG",
+        "commondir",
+        "gitdir",
+        "index",
+        "locked",
+        "logs",
+        "dsh-worktree-ready",
+    }
+)
+"""What a worktree's git administrative directory may hold for it to be reused; anything
+else (``MERGE_HEAD``, ``rebase-merge``, ``BISECT_LOG``, ``refs``, ``config.worktree``,
+``info/sparse-checkout``...) is state a fresh worktree does not have."""
+
+
+@dataclass(slots=True)
+class _Pool:
+    """One repository's warm worktrees."""
+
+    repo: Repository
+    base: str
+    idle: list[ActiveWorktree] = field(default_factory=list)
+    size: int = 0
+    """Worktrees this pool owns: idle, claimed, being created or recycled."""
+    filling: bool = False
+    recycling: int = 0
+    """Worktrees being reset for reuse: a claim waits for one rather than check out."""
+    handed: dict[str, ActiveWorktree] = field(default_factory=dict)
+    """Worktrees handed to background work (reset or removal), by path: removed at close
+    if that work never ran."""
+    returned: anyio.Event = field(default_factory=anyio.Event)
+
+
+def _admin_entries(path: str) -> set[str] | None:
+    admin = admin_dir(path)
+    try:
+        return set(os.listdir(admin)) if admin is not None else None
+    except OSError:
+        return None
+
+
+def _status_unchanged(stdout: str, base: str, branch: str) -> bool:
+    heads: dict[str, str] = {}
+    for entry in stdout.split("\0"):
+        if not entry:
+            continue
+        if not entry.startswith("# "):
+            return False  # a changed, deleted, unmerged or untracked path
+        key, _, value = entry[2:].partition(" ")
+        heads[key] = value
+    return heads.get("branch.oid") == base and heads.get("branch.head") == branch
+
+
+class WarmPool:
+    """The warm worktrees of one provider, per repository (see the module docstring).
+
+    Background work runs in a task group opened by :meth:`open` and ended by
+    :meth:`close`, which removes every worktree the pool still holds.
+    """
+
+    def __init__(self, settings: Worktree) -> None:
+        self._settings = settings
+        self._pools: dict[str, _Pool] = {}
+        self._cwd_pools: dict[str, str] = {}  # a cwd -> the pool of its repository
+        self._group: TaskGroup | None = None
+        self._closing = False
+        self._pending = 0
+        self._settled = anyio.Event()
+        self._settled.set()
+
+    @property
+    def active(self) -> bool:
+        """Open and not closing: runs claim from it."""
+        return self._group is not None and not self._closing
+
+    async def open(self) -> None:
+        """Start the pool's task group (background fill and recycle)."""
+        if self._group is not None or self._closing:
+            raise RuntimeError("a warm worktree pool can be opened once")
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._group = group
+
+    async def close(self) -> None:
+        """Stop background work and remove every worktree the pool holds (shielded).
+
+        A worktree still claimed by a live run is collected and removed by that run.
+        """
+        self._closing = True
+        group, self._group = self._group, None
+        if group is not None:  # its scope must be left where it was entered: not shielded
+            group.cancel_scope.cancel()
+            await group.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True):
+            for pool in self._pools.values():
+                left = [*pool.idle, *pool.handed.values()]
+                pool.idle, pool.handed, pool.size = [], {}, 0
+                for slot in left:
+                    await self._remove(pool.repo, slot)
+            self._pending = 0  # a task cancelled before it began never counted down
+            self._settled.set()
+
+    async def wait_settled(self) -> None:
+        """Wait until no fill or recycle is under way."""
+        while self._pending:
+            await self._settled.wait()
+
+    def idle_count(self, repo: Repository) -> int:
+        """How many ready worktrees the pool holds for ``repo``."""
+        pool = self._pools.get(repo.common_dir)
+        return len(pool.idle) if pool is not None else 0
+
+    def _soon(self, work: Callable[[], Awaitable[None]]) -> None:
+        group = self._group
+        if group is None or self._closing:
+            return
+
+        async def tracked() -> None:
+            try:
+                await work()
+            finally:
+                self._pending -= 1
+                if not self._pending:
+                    self._settled.set()
+
+        if not self._pending:
+            self._settled = anyio.Event()
+        self._pending += 1
+        group.start_soon(tracked)
+
+    def _pool(self, repo: Repository, base: str) -> _Pool:
+        pool = self._pools.get(repo.common_dir)
+        if pool is None:
+            pool = self._pools[repo.common_dir] = _Pool(repo, base)
+        elif pool.base != base:
+            # The base moved (a new commit on HEAD): old worktrees are replaced.
+            pool.base = base
+            stale, pool.idle = pool.idle, []
+            pool.size -= len(stale)
+            for slot in stale:
+                pool.handed[slot.path] = slot
+                self._soon(functools.partial(self._remove_handed, pool, slot))
+        return pool
+
+    def prepare(self, repo: Repository, base: str, cwd: str | None = None) -> None:
+        """Fill the pool for ``repo`` at ``base`` in the background (for runs from ``cwd``)."""
+        if cwd is not None:
+            self._cwd_pools[cwd] = repo.common_dir
+        pool = self._pool(repo, base)
+        if pool.size < self._settings.warm and not pool.filling and self.active:
+            pool.filling = True
+            self._soon(functools.partial(self._fill, pool))
+
+    def adopt(
+        self, active: ActiveWorktree
+    ) -> Callable[[ActiveWorktree, str, str], Awaitable[Changes]]:
+        """How to collect a worktree the provider had to create for a run: through the
+        pool (it joins it) while the pool has room, else as without a pool."""
+        pool = self._pools.get(active.repo.common_dir)
+        if pool is None or pool.base != active.base or pool.size >= self._settings.warm:
+            return collect
+        pool.size += 1
+        return self.release
+
+    async def claim_at(
+        self, cwd: str, branch: str, run_id: str
+    ) -> tuple[Repository, str, ActiveWorktree | None]:
+        """The repository ``cwd`` is in, the base commit, and a claimed worktree (``None``:
+        none is ready, the caller creates one).
+
+        When an earlier run from ``cwd`` found this pool, the branch is created in one of
+        its idle worktrees *while* the repository and base are looked up (two git commands
+        at once instead of one after the other); a claim that turns out wrong (another
+        repository, a moved base) is undone.
+
+        Raises:
+            WorktreeError: as :func:`~dsh_worktree.repo.inspect_repository`, or the branch
+                exists or is not a valid name (the worktree goes back to the pool).
+        """
+        executable = git_executable()
+        key = self._cwd_pools.get(cwd)
+        pool = self._pools.get(key) if key is not None else None
+        if pool is None or not pool.idle:
+            repo, base = await inspect_repository(cwd, self._settings.base, executable)
+            self._cwd_pools[cwd] = repo.common_dir
+            return repo, base, await self.claim(repo, base, branch, run_id)
+        slot = pool.idle.pop()
+        found: list[tuple[Repository, str]] = []
+        refused: list[WorktreeError] = []
+        switched: list[GitResult] = []
+
+        async def look() -> None:
+            try:
+                found.append(await inspect_repository(cwd, self._settings.base, executable))
+            except WorktreeError as exc:
+                refused.append(exc)
+
+        async def switch() -> None:
+            switched.append(await self._switch(pool.repo, slot, branch))
+
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(look)
+                group.start_soon(switch)
+        except BaseException:
+            await self._drop(pool, slot, branch=branch)
+            raise
+        (done,) = switched
+        right = bool(found) and found[0][0].common_dir == key and found[0][1] == slot.base
+        if not right and done.ok:  # undo: the branch goes, the worktree is idle again
+            undo = ActiveWorktree(pool.repo, slot.path, branch, slot.base, run_id, False)
+            if await self._detach(undo, delete_branch=True):
+                pool.idle.append(slot)
+            else:
+                await self._drop(pool, slot, branch=branch)
+        if refused:
+            if not done.ok:
+                pool.idle.append(slot)
+            raise refused[0]
+        repo, base = found[0]
+        self._cwd_pools[cwd] = repo.common_dir
+        if not right:
+            if not done.ok:
+                pool.idle.append(slot)
+            return repo, base, await self.claim(repo, base, branch, run_id)
+        claimed = await self._claimed(pool, slot, done, branch, run_id)
+        if claimed is None:
+            return repo, base, None
+        return (
+            repo,
+            base,
+            ActiveWorktree(repo, slot.path, branch, base, run_id, self._settings.keep),
+        )
+
+    async def claim(
+        self, repo: Repository, base: str, branch: str, run_id: str
+    ) -> ActiveWorktree | None:
+        """An idle worktree at ``base`` switched to the new ``branch``, or ``None`` (none
+        is ready: the caller creates one).
+
+        Raises:
+            WorktreeError: the branch exists or is not a valid name (the worktree goes
+                back to the pool untouched).
+        """
+        pool = self._pool(repo, base)
+        while not pool.idle and pool.recycling and self.active:
+            await pool.returned.wait()  # a reset (~0.1 s) beats a checkout (seconds)
+        if not pool.idle:
+            return None
+        slot = pool.idle.pop()
+        try:
+            switched = await self._switch(repo, slot, branch)
+        except BaseException:
+            await self._drop(pool, slot, branch=branch)
+            raise
+        if await self._claimed(pool, slot, switched, branch, run_id) is None:
+            return None
+        return ActiveWorktree(repo, slot.path, branch, base, run_id, self._settings.keep)
+
+    async def _switch(self, repo: Repository, slot: ActiveWorktree, branch: str) -> GitResult:
+        """The branch created at the worktree's ``HEAD`` and checked out: no file touched."""
+        return await git_retrying(repo, slot.path, "switch", "--quiet", "--create", branch)
+
+    async def _claimed(
+        self, pool: _Pool, slot: ActiveWorktree, switched: GitResult, branch: str, run_id: str
+    ) -> ActiveWorktree | None:
+        """Finish a claim after ``git switch``: the slot, or ``None`` after dropping it.
+
+        Raises:
+            WorktreeError: the branch exists or is not a valid name (the slot is idle again).
+        """
+        if not switched.ok:
+            line = switched.first_line()
+            if "already exists" in line:
+                pool.idle.append(slot)
+                raise WorktreeError(f"the branch {branch!r} already exists")
+            if "not a valid branch name" in line:
+                pool.idle.append(slot)
+                raise WorktreeError(f"{branch!r} is not a valid branch name")
+            _log.warning("dsh-worktree: claiming %s failed: %s", slot.path, line)
+            await self._drop(pool, slot, branch=branch)
+            return None
+        try:
+            write_ready_marker(slot.path, run_id)
+        except (WorktreeError, OSError) as exc:
+            _log.warning("dsh-worktree: claiming %s failed: %s", slot.path, exc)
+            await self._drop(pool, slot, branch=branch)
+            return None
+        return slot
+
+    async def release(self, active: ActiveWorktree, provider: str, ended: str) -> Changes:
+        """Collect a claimed worktree's run (as :func:`~dsh_worktree.lifecycle.collect`),
+        then give the worktree back to the pool in the background."""
+        pool = self._pools[active.repo.common_dir]
+        if active.keep or not self.active:
+            pool.size -= 1
+            return await collect(active, provider, ended)
+        repo, path = active.repo, active.path
+        status = await git_retrying(
+            repo,
+            path,
+            # Directories whose mtime did not change are not read again: git's untracked
+            # cache, kept in this worktree's own index (the user's configuration is not
+            # changed). It halves this look on a large tree.
+            "-c",
+            "core.untrackedCache=true",
+            "status",
+            "--porcelain=v2",
+            "--branch",
+            "-z",
+            "--untracked-files=normal",
+            "--ignore-submodules=none",
+            "--no-renames",
+        )
+        unchanged = status.ok and _status_unchanged(status.stdout, active.base, active.branch)
+        if unchanged and await self._detach(active, delete_branch=True):
+            await self._give_back(pool, active)
+            return Changes(branch=active.branch, commit=None, base=active.base)
+        counted = await commit_and_count(active, provider, ended)
+        if counted is None:
+            pool.size -= 1  # kept for recovery
+            return kept_for_recovery(active)
+        tip, files, insertions, deletions = counted
+        changed = tip != active.base
+        if await self._detach(active, delete_branch=not changed):
+            await self._give_back(pool, active)
+        else:
+            await self._drop(pool, active, branch=None if changed else active.branch)
+        return Changes(
+            branch=active.branch,
+            commit=tip if changed else None,
+            base=active.base,
+            files_changed=files,
+            insertions=insertions,
+            deletions=deletions,
+        )
+
+    async def _detach(self, active: ActiveWorktree, *, delete_branch: bool) -> bool:
+        """One ref transaction: ``HEAD`` detached at the base (and the branch deleted).
+
+        It names the worktree's ``HEAD`` as ``worktrees/<id>/HEAD`` from the main tree:
+        git refuses to update ``HEAD`` and its own referent in one transaction.
+        """
+        admin = admin_dir(active.path)
+        if admin is None:
+            return False
+        script = f"update worktrees/{os.path.basename(admin)}/HEAD {active.base}\n"
+        if delete_branch:
+            script += f"delete refs/heads/{active.branch} {active.base}\n"
+        done = await git_retrying(
+            active.repo,
+            active.repo.toplevel,
+            "update-ref",
+            "--no-deref",
+            "--stdin",
+            stdin=script.encode(),
+        )
+        if not done.ok:
+            _log.warning("dsh-worktree: detaching %s failed: %s", active.path, done.first_line())
+        return done.ok
+
+    async def _give_back(self, pool: _Pool, active: ActiveWorktree) -> None:
+        """Recycle a collected worktree in the background (remove it when closing)."""
+        if not self.active:
+            await self._drop(pool, active)
+            return
+        pool.recycling += 1
+        pool.handed[active.path] = active
+        self._soon(functools.partial(self._recycle, pool, active))
+
+    async def _remove_handed(self, pool: _Pool, slot: ActiveWorktree) -> None:
+        try:
+            await self._remove(pool.repo, slot)
+        finally:
+            pool.handed.pop(slot.path, None)
+
+    async def _recycle(self, pool: _Pool, active: ActiveWorktree) -> None:
+        slot = ActiveWorktree(active.repo, active.path, "", active.base, active.run_id, False)
+        try:
+            try:
+                fresh = await self._reset(slot)
+            except BaseException:
+                await self._drop(pool, slot)
+                raise
+            room = len(pool.idle) < self._settings.warm
+            if fresh and room and not self._closing and pool.base == slot.base:
+                pool.idle.append(slot)
+            else:
+                await self._drop(pool, slot)
+        finally:
+            pool.handed.pop(active.path, None)
+            pool.recycling -= 1
+            returned, pool.returned = pool.returned, anyio.Event()
+            returned.set()
+
+    async def _reset(self, slot: ActiveWorktree) -> bool:
+        repo, path = slot.repo, slot.path
+        for args in (("reset", "--quiet", "--hard", slot.base), ("clean", "-ffdxq")):
+            done = await git_retrying(repo, path, *args)
+            if not done.ok:
+                _log.warning("dsh-worktree: resetting %s failed: %s", path, done.first_line())
+                return False
+        entries = _admin_entries(path)
+        if entries is None or not entries <= FRESH_ADMIN_ENTRIES:
+            _log.info(
+                "dsh-worktree: %s holds git state a fresh worktree does not (%s): removed",
+                path,
+                ", ".join(sorted((entries or set()) - FRESH_ADMIN_ENTRIES)) or "no .git",
+            )
+            return False
+        return True
+
+    async def _fill(self, pool: _Pool) -> None:
+        try:
+            try:
+                await recover(pool.repo)
+            except WorktreeError as exc:  # an old worktree must not block the pool
+                _log.warning("dsh-worktree: %s", exc.message)
+            settings = self._settings.model_copy(update={"keep": False})
+            while not self._closing and pool.size < self._settings.warm:
+                pool.size += 1
+                base = pool.base
+                try:
+                    slot = await create(pool.repo, settings, base, None, new_run_id())
+                except WorktreeError as exc:
+                    pool.size -= 1
+                    _log.warning("dsh-worktree: preparing a warm worktree failed: %s", exc)
+                    return
+                except BaseException:
+                    pool.size -= 1
+                    raise
+                if self._closing or pool.base != base:
+                    await self._drop(pool, slot)
+                else:
+                    pool.idle.append(slot)
+        finally:
+            pool.filling = False
+
+    async def _drop(self, pool: _Pool, slot: ActiveWorktree, *, branch: str | None = None) -> None:
+        """Remove a worktree of the pool (and ``branch``, when still at the base)."""
+        pool.size -= 1
+        await self._remove(pool.repo, slot, branch=branch)
+
+    async def _remove(
+        self, repo: Repository, slot: ActiveWorktree, *, branch: str | None = None
+    ) -> None:
+        with contextlib.suppress(WorktreeError), anyio.CancelScope(shield=True):
+            async with repository_lock(repo):
+                await remove_locked(repo, slot.path)
+                if branch:
+                    await git_retrying(
+                        repo,
+                        repo.toplevel,
+                        "update-ref",
+                        "-d",
+                        f"refs/heads/{branch}",
+                        slot.base,
+                    )
