@@ -1,4 +1,5 @@
-"""``dsh batch --ray`` on a local Ray cluster this module starts, against the REAL Codex.
+"""``dsh batch --ray`` on a local Ray cluster this module starts, against the REAL Codex and
+the example provider's scripted child (for the pool's timing, death and Ctrl-C cases).
 
 The cluster is what a user starts on a head node (``ray start --head``), with two CPUs,
 no dashboard, usage statistics off and every address on loopback
@@ -9,7 +10,8 @@ through Ray's runtime environment: the test proves the product used the unpacked
 
 Ray keeps idle workers (and each worker's guard server) for the next task, so this
 module replaces the workspace's leftover check with one that lets the cluster's own
-processes live until the module ends and fails on anything else, i.e. any product.
+processes live until the module ends and fails on anything else, i.e. any product. The
+pool's actors are not such processes: each test checks that none outlives its batch.
 """
 
 from __future__ import annotations
@@ -267,7 +269,7 @@ def _ancestor_worker(proc: psutil.Process) -> psutil.Process:
 
 
 @pytest.mark.parametrize("retries", [0, 1])
-def test_a_ray_worker_killed_mid_task_leaves_no_product_and_is_failed_or_retried(
+def test_a_ray_actor_killed_mid_task_leaves_no_product_and_is_failed_or_retried(
     cluster: Cluster, batch: Batch, retries: int
 ) -> None:
     batch.router.hold_first.add("victim")
@@ -305,7 +307,7 @@ def test_a_ray_worker_killed_mid_task_leaves_no_product_and_is_failed_or_retried
         assert proc.returncode == 1, err
         assert record["stop_reason"] == "error"
         assert record["diagnostic"] == (
-            "the Ray worker running this task died (WorkerCrashedError; --ray-retries 0)"
+            "the Ray actor running this task died (ActorDiedError; --ray-retries 0)"
         )
         assert batch.router.count("victim") == 1
     else:
@@ -315,3 +317,187 @@ def test_a_ray_worker_killed_mid_task_leaves_no_product_and_is_failed_or_retried
     assert out == ""
     # Ray's own notice of the dead worker is dsh logging, shown with -v only.
     assert all(line.startswith("dsh: ") for line in err.splitlines()), err
+
+
+# -- the pool, with the example provider's scripted child ------------------------------
+
+Dsh = subprocess.Popen[str]  # noqa: TID251 - the dsh executable, as a terminal starts it
+ACTOR_GONE_WITHIN_SECONDS = 60.0
+"""A loose bound for Ray to end a killed actor's process (a loaded 2-core machine)."""
+
+
+def _actors() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.name().startswith("ray::BatchActor") and proc.status() != "zombie":
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _no_actor_left() -> None:
+    _, alive = psutil.wait_procs(_actors(), timeout=ACTOR_GONE_WITHIN_SECONDS)
+    assert alive == [], f"actors outlived their batch: {alive}"
+
+
+@dataclass
+class Example:
+    root: Path
+    ready: Path
+    profile: Path
+
+    def tasks(self, *rows: tuple[str, str]) -> Path:
+        path = self.root / "tasks.jsonl"
+        lines = [json.dumps({"id": task_id, "task": task}) for task_id, task in rows]
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        return path
+
+    @property
+    def out(self) -> Path:
+        return self.root / "results.jsonl"
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        if not self.out.exists():
+            return {}
+        lines = self.out.read_text(encoding="utf-8").splitlines()
+        return {record["id"]: record for record in map(json.loads, lines)}
+
+    def popen(self, cluster: Cluster, tasks: Path, *extra: str) -> Dsh:
+        argv = [str(DSH), "batch", str(self.profile), "subagent_example", str(tasks)]
+        argv += ["--out", str(self.out), "--cwd", str(self.root), "--ray", cluster.address]
+        return subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
+            [*argv, *extra],
+            env=cluster.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    def starts(self, name: str) -> int:
+        path = self.ready / f"{name}.starts"
+        return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> Example:
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    profile = tmp_path / "profile.toml"
+    profile.write_text(
+        '[[providers]]\ntype = "example"\n\n[providers.config.env]\n'
+        f"DSH_CONTRACT_READY_DIR = {json.dumps(str(ready))}\n\n"
+        '[[tools]]\nname = "subagent_example"\nprovider = "example"\n'
+        'background_mode = "disabled"\n',
+        encoding="utf-8",
+    )
+    return Example(tmp_path, ready, profile)
+
+
+def _wait(proc: Dsh, until: Any, what: str) -> None:
+    """Until ``until()`` holds (an event the test waits on); dsh must still be running."""
+    while not until():
+        if proc.poll() is not None:
+            pytest.fail(f"dsh exited {proc.returncode} before {what}: {proc.communicate()}")
+        time.sleep(0.05)
+
+
+def _held_product() -> psutil.Process:
+    """The example child that holds its task (the one with a grandchild)."""
+    for proc in psutil.process_iter():
+        try:
+            if "dsh_example_provider.child" in " ".join(proc.cmdline()) and proc.children():
+                return proc
+        except psutil.Error:
+            continue
+    raise AssertionError("no held product found")
+
+
+def test_a_killed_actors_task_is_failed_from_its_start_and_the_pool_goes_on(
+    cluster: Cluster, example: Example
+) -> None:
+    # Three actors on two CPUs: the third is never placed, so "victim" waits on the driver
+    # until "a" or "b" (held at the gate "go") settles. Its record must time it from
+    # there, not from the moment the batch began.
+    tasks = example.tasks(
+        ("a", "dsh-example/wait-for go"),
+        ("b", "dsh-example/wait-for go"),
+        ("victim", "dsh-contract/1 hold T-0000dead"),
+        ("c", "dsh-example/wait-for go2"),
+        ("d", "hello"),
+    )
+    proc = example.popen(cluster, tasks, "--concurrency", "3")
+    try:
+        _wait(proc, lambda: example.starts("go") == 2, "a and b started")
+        gate_opened = time.monotonic()
+        (example.ready / "go").touch()
+        _wait(proc, lambda: (example.ready / "T-0000dead").exists(), "the victim held")
+        held = time.monotonic()
+        product = _held_product()
+        (actor,) = [p for p in product.parents() if p.name().startswith("ray::BatchActor")]
+        tree = [product, *product.children(recursive=True)]
+        actor.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        _, alive = psutil.wait_procs(tree, timeout=60)
+        assert alive == [], "the killed actor's product tree survived it"
+        _wait(proc, lambda: "victim" in example.records(), "the victim's record")
+        recorded = time.monotonic()
+        (example.ready / "go2").touch()  # the pool goes on after the death
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 1, err
+    records = example.records()
+    assert {key: value["stop_reason"] for key, value in records.items()} == {
+        "a": "completed",
+        "b": "completed",
+        "victim": "error",
+        "c": "completed",
+        "d": "completed",
+    }
+    victim = records["victim"]
+    assert victim["diagnostic"] == (
+        "the Ray actor running this task died (ActorDiedError; --ray-retries 0)"
+    )
+    # From its start (after the gate opened) to its death, as the driver learnt of it.
+    assert killed - held <= victim["elapsed_seconds"] <= recorded - gate_opened
+    assert "dsh: batch: 4 completed, 1 failed" in err
+    assert out == ""
+    _no_actor_left()
+
+
+def test_ctrl_c_cancels_every_running_task_on_the_pool_and_exits_130(
+    cluster: Cluster, example: Example
+) -> None:
+    tasks = example.tasks(
+        ("one", "dsh-example/wait-for never"),
+        ("two", "dsh-example/wait-for never"),
+        ("three", "hello"),
+    )
+    watch = ProcessWatch()
+    proc = example.popen(cluster, tasks, "--concurrency", "2")
+    try:
+        _wait(proc, lambda: example.starts("never") == 2, "both tasks started")
+        products = [seen.process for seen in watch.alive() if "child" in " ".join(seen.argv)]
+        assert len(products) >= 2, watch.alive()
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole group
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "dsh: SIGINT: cancelling 2 running task(s) on Ray" in err
+    assert "dsh: batch interrupted; run the same command again to resume" in err
+    assert example.records() == {}  # cancelled runs are not recorded: resume runs them
+    assert alive_of(products) == []  # each run returned only once its tree was gone
+    _no_actor_left()
+
+
+def alive_of(procs: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

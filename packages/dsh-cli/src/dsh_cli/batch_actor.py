@@ -29,7 +29,7 @@ from typing import Final
 import anyio
 import anyio.to_thread
 from anyio.from_thread import start_blocking_portal
-from dsh_subagent import ERROR, Budget, CancelController, SubagentError
+from dsh_subagent import ERROR, Budget, CancelController, SubagentError, SubagentService
 from dsh_worktree import Worktree, WorktreeError
 
 from dsh_cli.batch import load_batch_profile, run_task, task_cwd
@@ -105,6 +105,13 @@ class BatchActor:
         worktree_json: ``--worktree`` settings as JSON (over the profile's own), or ``None``.
     """
 
+    _service: SubagentService
+    """Set once the service is open (on the actor's event loop)."""
+
+    # Deliberate: no method is ``async``. Ray makes a class with any coroutine method an
+    # async actor, whose methods all run on one event loop: a blocking ``run`` would then
+    # keep ``cancel`` from ever running. The async work is in module functions below.
+
     def __init__(
         self,
         provider: str,
@@ -137,18 +144,12 @@ class BatchActor:
         try:
             self._portal = self._stack.enter_context(start_blocking_portal())
             self._stack.enter_context(
-                self._portal.wrap_async_context_manager(self._hold_runtime(composition))
+                self._portal.wrap_async_context_manager(_hold_runtime(self, composition))
             )
         except Exception as exc:
             self._stack.close()
             reason = exc.message if isinstance(exc, SubagentError) else type(exc).__name__
             self._problem = f"could not open the service on the Ray node: {reason}"
-
-    @asynccontextmanager
-    async def _hold_runtime(self, composition: Composition) -> AsyncIterator[None]:
-        async with open_runtime(composition) as runtime:
-            self._service = runtime.service
-            yield
 
     def ready(self) -> bool:
         """Constructed (the driver feeds only actors that answered this)."""
@@ -161,31 +162,10 @@ class BatchActor:
         if self._problem is not None:
             return _failed(task, self._problem, started)
         try:
-            record = self._portal.call(self._run, task)
+            record = self._portal.call(_run, self, task)
         except Exception as exc:
             return _failed(task, f"internal error ({type(exc).__name__})", started)
         return record.model_dump_json() if record is not None else None
-
-    async def _run(self, task: BatchTask) -> BatchRecord | None:
-        controller = CancelController()
-        with self._lock:
-            if self._cancelled:
-                return None
-            self._controller = controller
-        try:
-            cwd = task_cwd(task, self._base, self._bundle)
-            return await run_task(
-                self._service,
-                self._provider,
-                task,
-                cwd,
-                controller.signal,
-                self._budget,
-                self._gate,
-            )
-        finally:
-            with self._lock:
-                self._controller = None
 
     def cancel(self) -> None:
         """Cancel the run in progress (and any later one): it settles, its tree gone."""
@@ -198,3 +178,32 @@ class BatchActor:
     def close(self) -> None:
         """Close the service and the actor's event loop (no run is in progress)."""
         self._stack.close()
+
+
+@asynccontextmanager
+async def _hold_runtime(actor: BatchActor, composition: Composition) -> AsyncIterator[None]:
+    async with open_runtime(composition) as runtime:
+        actor._service = runtime.service
+        yield
+
+
+async def _run(actor: BatchActor, task: BatchTask) -> BatchRecord | None:
+    controller = CancelController()
+    with actor._lock:
+        if actor._cancelled:
+            return None
+        actor._controller = controller
+    try:
+        cwd = task_cwd(task, actor._base, actor._bundle)
+        return await run_task(
+            actor._service,
+            actor._provider,
+            task,
+            cwd,
+            controller.signal,
+            actor._budget,
+            actor._gate,
+        )
+    finally:
+        with actor._lock:
+            actor._controller = None
