@@ -501,3 +501,128 @@ def test_ctrl_c_cancels_every_running_task_on_the_pool_and_exits_130(
 
 def alive_of(procs: list[psutil.Process]) -> list[psutil.Process]:
     return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+# -- Ray Data: map_batches(Delegate) in a pipeline --------------------------------------
+
+PIPELINE = """
+import sys
+
+import ray
+from dsh_cli.ray_data import Delegate
+
+address, bundle, tasks, cwd, out_json, out_parquet = sys.argv[1:]
+ray.init(address=address, runtime_env={"working_dir": bundle}, log_to_driver=False)
+ray.data.DataContext.get_current().enable_progress_bars = False
+rows = ray.data.read_json(tasks)
+done = rows.map_batches(
+    Delegate,
+    fn_constructor_kwargs={"profile": "profile.toml", "target": "subagent_example", "cwd": cwd},
+    compute=ray.data.ActorPoolStrategy(size=2),
+    batch_size=1,
+    num_cpus=0.5,  # two actors on one CPU: the other is for reading the file
+).materialize()
+done.write_json(out_json)
+done.write_parquet(out_parquet)
+ray.shutdown()
+"""
+
+
+def _map_workers() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if "MapWorker" in proc.name() and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_ray_data_pipeline_delegates_each_row_and_survives_a_killed_actor(
+    cluster: Cluster, example: Example
+) -> None:
+    pq = pytest.importorskip("pyarrow.parquet", reason="Ray Data needs pyarrow (dev group)")
+    bundle = example.root / "bundle"
+    bundle.mkdir()
+    shutil.copyfile(example.profile, bundle / "profile.toml")
+    tasks = example.tasks(
+        ("r1", "hello"),
+        ("gated", "dsh-example/wait-for gate"),
+        ("r3", "dsh-contract/1 complete T-000000c3"),
+        ("r4", "dsh-contract/1 fail T-000000f4"),
+    )
+    out_json, out_parquet = example.root / "out-json", example.root / "out-parquet"
+    argv = [sys.executable, "-c", PIPELINE, cluster.address, str(bundle), str(tasks)]
+    argv += [str(example.root), str(out_json), str(out_parquet)]
+    # Under `uv run` (as these tests run) Ray's uv hook would want this project's
+    # pyproject.toml in the job's working_dir; a user shipping a bundle turns it off too.
+    env = {**cluster.env, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    proc: Dsh = subprocess.Popen(  # noqa: TID251 - a Ray driver, as a user's script runs
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait(proc, lambda: example.starts("gate") == 1, "the gated row started")
+        product = _only_product_under_a_map_worker(proc)
+        (actor,) = [a for a in product.parents() if "MapWorker" in a.name()]
+        tree = [product, *product.children(recursive=True)]
+        actor.send_signal(signal.SIGKILL)  # mid-batch: its row's product is working
+        _, alive = psutil.wait_procs(tree, timeout=60)
+        assert alive == [], "the killed actor's product tree survived it"
+        (example.ready / "gate").touch()
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    rows = [
+        json.loads(line)
+        for path in sorted(out_json.glob("*.json*"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+    ]
+    by_id = {row["id"]: row for row in rows}
+    assert sorted(by_id) == ["gated", "r1", "r3", "r4"]
+    assert {key: row["stop_reason"] for key, row in by_id.items()} == {
+        "r1": "completed",
+        "gated": "completed",  # Ray Data restarted the actor and ran the row again
+        "r3": "completed",
+        "r4": "error",
+    }
+    assert (by_id["r1"]["answer"], by_id["r3"]["answer"]) == ("done", "T-000000c3")
+    assert "category: child-error" in by_id["r4"]["diagnostic"]
+    assert all(row["elapsed_seconds"] >= 0 for row in rows)
+    assert example.starts("gate") == 2  # the killed attempt, then the one that answered
+    table = pq.read_table(out_parquet)
+    assert sorted(table.column("id").to_pylist()) == ["gated", "r1", "r3", "r4"]
+    assert {"stop_reason", "answer", "diagnostic", "usage", "elapsed_seconds"} <= set(
+        table.column_names
+    )
+    _, left = psutil.wait_procs(_map_workers(), timeout=ACTOR_GONE_WITHIN_SECONDS)
+    assert left == [], f"Ray Data's actors outlived the pipeline: {left}"
+
+
+def _only_product_under_a_map_worker(proc: Dsh) -> psutil.Process:
+    """The gated row's product: the others answer at once, so it is the one left."""
+
+    def products() -> list[psutil.Process]:
+        found = []
+        for candidate in psutil.process_iter():
+            try:
+                if "dsh_example_provider.child" in " ".join(candidate.cmdline()) and any(
+                    "MapWorker" in parent.name() for parent in candidate.parents()
+                ):
+                    found.append(candidate)
+            except psutil.Error:
+                continue
+        return found
+
+    _wait(proc, lambda: len(products()) == 1, "only the gated row's product is left")
+    (product,) = products()
+    return product
