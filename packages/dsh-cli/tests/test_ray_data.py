@@ -107,6 +107,7 @@ def test_the_added_columns_have_fixed_arrow_types_even_when_every_value_is_null(
         "diagnostic": "string",
         "usage": "string",
         "elapsed_seconds": "double",
+        "changes": "string",
     }
 
 
@@ -124,4 +125,50 @@ def test_without_pyarrow_the_batch_comes_back_as_a_dict(
         "diagnostic": [None],
         "usage": [None],
         "elapsed_seconds": out["elapsed_seconds"],
+        "changes": [None],
     }
+
+
+def test_with_worktree_isolation_each_row_carries_its_change_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = T\n\temail = t@example.invalid\n[init]\n\tdefaultBranch = main\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "--quiet")
+    (repo / "readme.txt").write_text("hello\n", encoding="utf-8")
+    _git(repo, "add", "--all")
+    _git(repo, "commit", "--quiet", "-m", "initial")
+    profile = tmp_path / "profile.toml"
+    profile.write_text(
+        '[[providers]]\ntype = "example"\n\n[providers.worktree]\n\n'
+        '[[tools]]\nname = "subagent_example"\nprovider = "example"\n'
+        'background_mode = "disabled"\n',
+        encoding="utf-8",
+    )
+    rows = {"id": ["edits", "reads"], "task": ["dsh-example/write edited.txt", "hello"]}
+    with Delegate(str(profile), "subagent_example", cwd=str(repo), concurrency=2) as step:
+        out = _columns(step(rows))
+    assert out["stop_reason"] == ["completed", "completed"]
+    edits, reads = (json.loads(text) for text in out["changes"])
+    assert (edits["files_changed"], edits["insertions"]) == (1, 1)
+    assert _git(repo, "show", f"{edits['branch']}:edited.txt") == "dsh-example/write edited.txt"
+    assert reads["commit"] is None  # nothing changed: no commit, the branch deleted
+    assert not (repo / "edited.txt").exists()  # the main tree is never touched
+    assert _git(repo, "worktree", "list").count("\n") == 0  # only the main tree
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip()
