@@ -626,3 +626,47 @@ def _only_product_under_a_map_worker(proc: Dsh) -> psutil.Process:
     _wait(proc, lambda: len(products()) == 1, "only the gated row's product is left")
     (product,) = products()
     return product
+
+
+def _git(repo: Path, env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid", *args],
+        cwd=repo,
+        env={**env, "GIT_CONFIG_NOSYSTEM": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout.strip()
+
+
+def test_worktree_on_ray_gives_each_task_its_branch_on_the_node(
+    cluster: Cluster, example: Example
+) -> None:
+    repo = example.root / "repo"
+    repo.mkdir()
+    _git(repo, cluster.env, "init", "--quiet", "--initial-branch=main")
+    (repo / "readme.txt").write_text("hello\n", encoding="utf-8")
+    _git(repo, cluster.env, "add", "--all")
+    _git(repo, cluster.env, "commit", "--quiet", "-m", "initial")
+    tasks = example.tasks(
+        *[(f"t{i}", f"task {i}: dsh-example/write edited.txt") for i in range(3)],
+        ("none", "hello"),
+    )
+    proc = example.popen(cluster, tasks, "--worktree", "--concurrency", "2")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert out == ""
+    records = example.records()
+    for i in range(3):
+        changes = records[f"t{i}"]["changes"]
+        assert (changes["files_changed"], changes["insertions"]) == (1, 1)
+        shown = _git(repo, cluster.env, "show", f"{changes['branch']}:edited.txt")
+        assert shown == f"task {i}: dsh-example/write edited.txt"
+    assert records["none"]["changes"]["commit"] is None  # nothing changed: branch deleted
+    assert len({records[f"t{i}"]["changes"]["branch"] for i in range(3)}) == 3
+    assert not (repo / "edited.txt").exists()  # the main tree is never touched
+    assert _git(repo, cluster.env, "status", "--porcelain") == ""
+    assert len(_git(repo, cluster.env, "worktree", "list").splitlines()) == 1
+    _no_actor_left()
