@@ -163,10 +163,11 @@ class _Pool:
         settings = worktree.model_dump_json(exclude_unset=True) if worktree else None
         self._args = (plan.provider, base_cwd, budget, settings)
         size = plan.concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self._slots = [self._new_slot() for _ in range(size)]
+        self._slots = [self._new_slot() for _ in range(min(size, len(plan.tasks)))]
         self._queue = deque(plan.tasks)
         self._attempts: Counter[str] = Counter()
         self._signals: list[int] = []
+        self._start_problem: str | None = None
         self._start_failure: str | None = None
 
     def _new_slot(self) -> _Slot:
@@ -212,8 +213,8 @@ class _Pool:
             if not any(slot.job for slot in self._slots) and (self._signals or not self._queue):
                 return
             if not waiting:  # tasks left, and no actor that could ever take them
-                failure = self._start_failure or "no Ray actor of the pool could be started"
-                self._start_failure = failure
+                problem = self._start_problem or "no Ray actor of the pool could be started"
+                self._start_failure = problem
                 return
             ready, _ = self._ray.wait(list(waiting), num_returns=1, timeout=_POLL_SECONDS)
             for ref in ready:
@@ -240,7 +241,7 @@ class _Pool:
         except ray.exceptions.RayError as exc:
             # Never constructed (its runtime environment failed, no node can host it):
             # dropped, not replaced; the batch fails only when no actor is left.
-            self._start_failure = f"a Ray actor of the pool could not start: {one_line(exc)}"
+            self._start_problem = f"a Ray actor of the pool could not start: {one_line(exc)}"
             self._slots.remove(slot)
             return
         slot.ready = None  # a node that could not compose the profile records that per task
