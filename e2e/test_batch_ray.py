@@ -437,7 +437,7 @@ def test_a_killed_actors_task_is_failed_from_its_start_and_the_pool_goes_on(
         _wait(proc, lambda: (example.ready / "T-0000dead").exists(), "the victim held")
         held = time.monotonic()
         product = _held_product()
-        (actor,) = [p for p in product.parents() if p.name().startswith("ray::BatchActor")]
+        actor = _ancestor_worker(product)
         tree = [product, *product.children(recursive=True)]
         actor.send_signal(signal.SIGKILL)
         killed = time.monotonic()
@@ -461,11 +461,11 @@ def test_a_killed_actors_task_is_failed_from_its_start_and_the_pool_goes_on(
         "d": "completed",
     }
     victim = records["victim"]
+    # From its start (after the gate opened) to its death, as the driver learnt of it.
+    assert killed - held <= victim["elapsed_seconds"] <= recorded - gate_opened
     assert victim["diagnostic"] == (
         "the Ray actor running this task died (ActorDiedError; --ray-retries 0)"
     )
-    # From its start (after the gate opened) to its death, as the driver learnt of it.
-    assert killed - held <= victim["elapsed_seconds"] <= recorded - gate_opened
     assert "dsh: batch: 4 completed, 1 failed" in err
     assert out == ""
     _no_actor_left()
