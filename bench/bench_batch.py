@@ -11,8 +11,10 @@ cluster started once with ``ray start --head`` (two CPUs, loopback only, usage s
 off). Walls are from process start to exit for the executables and the pipeline's driver
 (imports, profile load and, for Ray, connecting, shipping the bundle and starting the
 actors included). All runs share one warmed CODEX_HOME and one loopback Responses
-fixture. Everything runs at two batch sizes, N and M: Ray's cost over the local batch is
-``fixed + per_task × N``, so per task = the slope between the sizes, fixed = the rest.
+fixture; one small ``--ray`` batch and one pipeline warm the cluster first (its first
+job starts worker processes). Everything runs at two batch sizes, N and M: Ray's cost
+over the local batch is ``fixed + per_task × N``, so per task = the slope between the
+sizes, fixed = the rest.
 
 Everything runs twice: with an instant model, and with 1 s of simulated model time per
 response (the fixture's answering thread sleeps, as a remote model keeps a request
@@ -321,6 +323,13 @@ async def run_p6(profile: Profile) -> tuple[list[BatchRow], dict[str, Any]]:
                 # What `dsh batch` costs with nothing to run: start-up, profile, resume scan.
                 _dsh_batch(root, "startup", env, home, root / "tasks.jsonl")
                 startup, _ = _dsh_batch(root, "startup", env, home, root / "tasks.jsonl")
+                if address is not None:
+                    # Warm-up: the cluster's first job starts its worker processes and
+                    # unpacks a runtime environment once; measured batches start warm.
+                    warm = root / "tasks-warm.jsonl"
+                    _tasks(warm, 2)
+                    _dsh_batch(root, "ray-warmup", env, home, warm, "--ray", address)
+                    _ray_data(root, "data-warmup", env, home, address, warm)
                 for latency in profile.p6_latencies:
                     model.latency = latency
                     more, meta = await _one_latency(
