@@ -364,9 +364,10 @@ class Example:
         lines = self.out.read_text(encoding="utf-8").splitlines()
         return {record["id"]: record for record in map(json.loads, lines)}
 
-    def popen(self, cluster: Cluster, tasks: Path, *extra: str) -> Dsh:
+    def popen(self, cluster: Cluster, tasks: Path, *extra: str, cwd: Path | None = None) -> Dsh:
         argv = [str(DSH), "batch", str(self.profile), "subagent_example", str(tasks)]
-        argv += ["--out", str(self.out), "--cwd", str(self.root), "--ray", cluster.address]
+        argv += ["--out", str(self.out), "--cwd", str(cwd or self.root)]
+        argv += ["--ray", cluster.address]
         return subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
             [*argv, *extra],
             env=cluster.env,
@@ -654,11 +655,11 @@ def test_worktree_on_ray_gives_each_task_its_branch_on_the_node(
         *[(f"t{i}", f"task {i}: dsh-example/write edited.txt") for i in range(3)],
         ("none", "hello"),
     )
-    proc = example.popen(cluster, tasks, "--worktree", "--concurrency", "2")
+    proc = example.popen(cluster, tasks, "--worktree", "--concurrency", "2", cwd=repo)
     out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
-    assert out == ""
     records = example.records()
+    assert proc.returncode == 0, f"{err}\n{records}"
+    assert out == ""
     for i in range(3):
         changes = records[f"t{i}"]["changes"]
         assert (changes["files_changed"], changes["insertions"]) == (1, 1)
