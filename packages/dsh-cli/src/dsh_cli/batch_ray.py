@@ -242,6 +242,7 @@ class _Pool:
             # Never constructed (its runtime environment failed, no node can host it):
             # dropped, not replaced; the batch fails only when no actor is left.
             self._start_problem = f"a Ray actor of the pool could not start: {one_line(exc)}"
+            ray.kill(slot.actor, no_restart=True)
             self._slots.remove(slot)
             return
         slot.ready = None  # a node that could not compose the profile records that per task
