@@ -1,20 +1,28 @@
 """P6: N keyless Codex tasks through ``dsh batch`` vs one after another through the API,
-and ``dsh batch --ray`` on a local Ray cluster vs ``dsh batch`` on this machine.
+and on a local Ray cluster (``dsh batch --ray``'s actor pool, a Ray Data pipeline) vs
+``dsh batch`` on this machine.
 
 Each repeat runs, in this order: the N tasks sequentially through
 ``dsh_subagent.delegate`` on one ``SubagentService`` (in this process), the real ``dsh
-batch`` executable on this machine (default concurrency: the CPU count), and the real
-``dsh batch --ray ADDRESS`` against a local cluster started once with ``ray start --head``
-(two CPUs, loopback only, usage statistics off). Walls are from process start to exit for
-the executables (imports, profile load and, for Ray, connecting and shipping the bundle
-included). All runs share one warmed CODEX_HOME and one loopback Responses fixture.
+batch`` executable on this machine (concurrency 2), the real ``dsh batch --ray ADDRESS``
+(its pool: one actor per CPU of the cluster, 2) and a Ray Data pipeline
+(``read_json → map_batches(Delegate) → write_json`` with two actors) against a local
+cluster started once with ``ray start --head`` (two CPUs, loopback only, usage statistics
+off). Walls are from process start to exit for the executables and the pipeline's driver
+(imports, profile load and, for Ray, connecting, shipping the bundle and starting the
+actors included). All runs share one warmed CODEX_HOME and one loopback Responses
+fixture; one small ``--ray`` batch and one pipeline warm the cluster first (its first
+job starts worker processes). Everything runs at two batch sizes, N and M: Ray's cost
+over the local batch is ``fixed + per_task × N``, so per task = the slope between the
+sizes, fixed = the rest.
 
 Everything runs twice: with an instant model, and with 1 s of simulated model time per
 response (the fixture's answering thread sleeps, as a remote model keeps a request
 open), since real tasks wait on the model far longer than the product works.
 
-Reported: the throughput ratio sequential-wall / batch-wall, the Ray overhead per task
-(Ray wall − local wall) / N, the per-task ``elapsed_seconds`` medians the records carry
+Reported: the throughput ratio sequential-wall / batch-wall, Ray's overhead per task and
+fixed cost per batch over the local batch, the per-task ``elapsed_seconds`` medians the
+records carry
 (delegation start → disposed, measured where the task ran), and what ``dsh batch`` costs
 with nothing to run (start-up, profile, results scan).
 """
@@ -103,11 +111,11 @@ def _tasks(path: Path, n: int) -> None:
 
 
 def _dsh_batch(
-    root: Path, label: str, env: dict[str, str], home: CodexHome, *extra: str
+    root: Path, label: str, env: dict[str, str], home: CodexHome, tasks: Path, *extra: str
 ) -> tuple[float, list[dict[str, Any]]]:
     out = root / f"{label}.jsonl"
     argv = [str(BIN / "dsh"), "batch", str(root / "profile.toml"), "subagent_codex"]
-    argv += [str(root / "tasks.jsonl"), "--out", str(out), "--cwd", str(home.workspace)]
+    argv += [str(tasks), "--out", str(out), "--cwd", str(home.workspace)]
     started = clock()
     done = subprocess.run(
         [*argv, *extra],
@@ -164,6 +172,67 @@ def _start_ray(env: dict[str, str], temp: Path) -> tuple[str | None, str]:
     return address, "cluster: ray start --head --num-cpus=2, loopback"
 
 
+_PIPELINE = """
+import sys
+
+import ray
+from dsh_cli.ray_data import Delegate
+
+address, bundle, tasks, cwd, out = sys.argv[1:]
+ray.init(address=address, runtime_env={"working_dir": bundle}, log_to_driver=False)
+ray.data.DataContext.get_current().enable_progress_bars = False
+ray.data.read_json(tasks).map_batches(
+    Delegate,
+    fn_constructor_kwargs={"profile": "profile.toml", "target": "subagent_codex", "cwd": cwd},
+    compute=ray.data.ActorPoolStrategy(size=2),
+    batch_size=1,
+    num_cpus=0.5,
+).write_json(out)
+ray.shutdown()
+"""
+
+
+def _ray_data(
+    root: Path, label: str, env: dict[str, str], home: CodexHome, address: str, tasks: Path
+) -> tuple[float, list[dict[str, Any]]]:
+    out = root / f"{label}-out"
+    argv = [sys.executable, "-c", _PIPELINE, address, str(root / "bundle"), str(tasks)]
+    started = clock()
+    done = subprocess.run(
+        [*argv, str(home.workspace), str(out)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    wall = clock() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"Ray Data {label} exited {done.returncode}: {done.stderr[-2000:]}")
+    records = [
+        json.loads(line)
+        for path in sorted(out.glob("*.json*"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+    ]
+    return wall, records
+
+
+def _slope(
+    ray_rows: dict[int, BatchRow], local_rows: dict[int, BatchRow]
+) -> tuple[float | None, float | None]:
+    """(per-task overhead, fixed cost) of Ray over the local batch, from two sizes."""
+    if any(not row.walls for row in ray_rows.values()):
+        return None, None
+    (n, m) = sorted(ray_rows)
+    extra = {
+        size: statistics.median(ray_rows[size].walls) - statistics.median(local_rows[size].walls)
+        for size in (n, m)
+    }
+    per_task = (extra[m] - extra[n]) / (m - n)
+    return per_task, extra[n] - per_task * n
+
+
 async def _one_latency(
     service: SubagentService,
     root: Path,
@@ -174,51 +243,71 @@ async def _one_latency(
     latency: float,
     profile: Profile,
 ) -> tuple[list[BatchRow], dict[str, Any]]:
-    n = profile.p6_tasks
     label = f"model {latency:g} s"
-    sequential = BatchRow(f"{label}: N one after another, Python API (delegate)")
-    local = BatchRow(f"{label}: dsh batch, this machine (concurrency = CPU count)")
-    on_ray = BatchRow(f"{label}: dsh batch --ray, local 2-CPU cluster", note=ray_note)
-    for repeat in range(profile.p6_repeats):
-        started = clock()
-        results = []
-        for _ in range(n):
-            begun = clock()
-            result = await delegate(service, TASK, cwd=home.workspace, provider="codex")
-            results.append((result, clock() - begun))
-        sequential.walls.append(clock() - started)
-        sequential.attempted += n
-        sequential.completed += sum(1 for r, _ in results if r.text == ANSWER)
-        sequential.task_elapsed += [elapsed for _, elapsed in results]
+    rows: list[BatchRow] = []
+    local_rows: dict[int, BatchRow] = {}
+    pool_rows: dict[int, BatchRow] = {}
+    data_rows: dict[int, BatchRow] = {}
+    seq_walls: dict[int, float] = {}
+    for n in (profile.p6_tasks, profile.p6_more_tasks):
+        tasks = root / f"tasks-{n}.jsonl"
+        _tasks(tasks, n)
+        sequential = BatchRow(f"{label}, N={n}: one after another, Python API (delegate)")
+        local = BatchRow(f"{label}, N={n}: dsh batch, this machine (concurrency 2)")
+        pool = BatchRow(f"{label}, N={n}: dsh batch --ray, actor pool (2 actors)", note=ray_note)
+        data = BatchRow(f"{label}, N={n}: Ray Data map_batches(Delegate), 2 actors")
+        for repeat in range(profile.p6_repeats):
+            started = clock()
+            results = []
+            for _ in range(n):
+                begun = clock()
+                result = await delegate(service, TASK, cwd=home.workspace, provider="codex")
+                results.append((result, clock() - begun))
+            sequential.walls.append(clock() - started)
+            sequential.attempted += n
+            sequential.completed += sum(1 for r, _ in results if r.text == ANSWER)
+            sequential.task_elapsed += [elapsed for _, elapsed in results]
 
-        wall, records = _dsh_batch(root, f"local-{latency}-{repeat}", env, home)
-        local.walls.append(wall)
-        _count(local, records, n)
+            tag = f"{latency}-{n}-{repeat}"
+            wall, records = _dsh_batch(root, f"local-{tag}", env, home, tasks, "--concurrency", "2")
+            local.walls.append(wall)
+            _count(local, records, n)
 
-        if address is not None:
-            wall, records = _dsh_batch(root, f"ray-{latency}-{repeat}", env, home, "--ray", address)
-            on_ray.walls.append(wall)
-            _count(on_ray, records, n)
-    seq_wall = statistics.median(sequential.walls)
-    local_wall = statistics.median(local.walls)
+            if address is not None:
+                wall, records = _dsh_batch(root, f"ray-{tag}", env, home, tasks, "--ray", address)
+                pool.walls.append(wall)
+                _count(pool, records, n)
+                wall, records = _ray_data(root, f"data-{tag}", env, home, address, tasks)
+                data.walls.append(wall)
+                _count(data, records, n)
+        rows += [sequential, local, pool, data]
+        local_rows[n], pool_rows[n], data_rows[n] = local, pool, data
+        seq_walls[n] = statistics.median(sequential.walls)
+    pool_task, pool_fixed = _slope(pool_rows, local_rows)
+    data_task, data_fixed = _slope(data_rows, local_rows)
+    n = profile.p6_tasks
     meta = {
         "model_latency_s": latency,
-        "throughput_ratio_batch_over_sequential": seq_wall / local_wall,
-        "ray_overhead_per_task_s": (
-            (statistics.median(on_ray.walls) - local_wall) / n if on_ray.walls else None
-        ),
+        "throughput_ratio_batch_over_sequential": seq_walls[n]
+        / statistics.median(local_rows[n].walls),
+        "ray_pool_overhead_per_task_s": pool_task,
+        "ray_pool_fixed_s": pool_fixed,
+        "ray_data_overhead_per_task_s": data_task,
+        "ray_data_fixed_s": data_fixed,
     }
-    return [sequential, local, on_ray], meta
+    return rows, meta
 
 
 async def run_p6(profile: Profile) -> tuple[list[BatchRow], dict[str, Any]]:
-    """Each case ``p6_repeats`` times over ``p6_tasks`` tasks, per simulated model latency."""
+    """Each case ``p6_repeats`` times per batch size, per simulated model latency."""
     model = _Model()
     rows: list[BatchRow] = []
     per_latency: list[dict[str, Any]] = []
     with temp_root("p6") as root, ResponsesFixture(route=model) as fixture:
         home = codex_home(root / "codex", fixture.base_url)
         _profile(root / "profile.toml", home)
+        (root / "bundle").mkdir()
+        shutil.copyfile(root / "profile.toml", root / "bundle" / "profile.toml")
         _tasks(root / "tasks.jsonl", profile.p6_tasks)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
         (root / "home").mkdir()
@@ -232,8 +321,15 @@ async def run_p6(profile: Profile) -> tuple[list[BatchRow], dict[str, Any]]:
                 # Warm-up: one delegation initialises the shared CODEX_HOME alone.
                 await delegate(service, TASK, cwd=home.workspace, provider="codex")
                 # What `dsh batch` costs with nothing to run: start-up, profile, resume scan.
-                _dsh_batch(root, "startup", env, home)
-                startup, _ = _dsh_batch(root, "startup", env, home)
+                _dsh_batch(root, "startup", env, home, root / "tasks.jsonl")
+                startup, _ = _dsh_batch(root, "startup", env, home, root / "tasks.jsonl")
+                if address is not None:
+                    # Warm-up: the cluster's first job starts its worker processes and
+                    # unpacks a runtime environment once; measured batches start warm.
+                    warm = root / "tasks-warm.jsonl"
+                    _tasks(warm, 2)
+                    _dsh_batch(root, "ray-warmup", env, home, warm, "--ray", address)
+                    _ray_data(root, "data-warmup", env, home, address, warm)
                 for latency in profile.p6_latencies:
                     model.latency = latency
                     more, meta = await _one_latency(
@@ -246,6 +342,7 @@ async def run_p6(profile: Profile) -> tuple[list[BatchRow], dict[str, Any]]:
             cluster_watch.kill_leftovers()  # the cluster's processes, ours by descent
     meta_all: dict[str, Any] = {
         "tasks": profile.p6_tasks,
+        "more_tasks": profile.p6_more_tasks,
         "repeats": profile.p6_repeats,
         "cpu_count": os.cpu_count(),
         "dsh_batch_nothing_to_run_s": startup,

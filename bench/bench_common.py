@@ -61,6 +61,8 @@ class Profile:
     p5_levels: tuple[int, ...]
     p5_repeats: int
     p6_tasks: int
+    p6_more_tasks: int
+    """P6's second batch size: the per-task overhead is the slope between the two."""
     p6_repeats: int
     p6_latencies: tuple[float, ...]
 
@@ -80,6 +82,7 @@ QUICK = Profile(
     p5_levels=(1, 4),
     p5_repeats=1,
     p6_tasks=4,
+    p6_more_tasks=16,
     p6_repeats=1,
     p6_latencies=(0.0, 1.0),
 )
@@ -98,6 +101,7 @@ DEFAULT = Profile(
     p5_levels=(1, 2, 4, 8, 16),
     p5_repeats=3,
     p6_tasks=8,
+    p6_more_tasks=64,
     p6_repeats=2,
     p6_latencies=(0.0, 1.0),
 )

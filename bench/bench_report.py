@@ -105,7 +105,8 @@ def _scale(data: dict[str, Any]) -> list[str]:
 def _batch(data: dict[str, Any]) -> list[str]:
     meta = data["meta"]
     lines = [
-        f"P6 batch: {meta['tasks']} keyless Codex tasks, {meta['repeats']} repeat(s), "
+        f"P6 batch: {meta['tasks']} and {meta['more_tasks']} keyless Codex tasks, "
+        f"{meta['repeats']} repeat(s), "
         f"{meta['cpu_count']} CPUs (medians):",
         "",
         "| Case | Wall median (all) | Task elapsed median | Completed | Note |",
@@ -128,11 +129,17 @@ def _batch(data: dict[str, Any]) -> list[str]:
         "",
     ]
     for entry in meta["per_latency"]:
-        overhead = entry["ray_overhead_per_task_s"]
+
+        def cost(key: str, entry: dict[str, Any] = entry) -> str:
+            value = entry[key]
+            return "—" if value is None else f"{value * 1000:.0f} ms"
+
         lines.append(
             f"* model {entry['model_latency_s']:g} s: throughput ratio dsh batch / sequential "
-            f"API {entry['throughput_ratio_batch_over_sequential']:.2f}; Ray overhead per task "
-            f"(Ray wall − local wall) / N {'—' if overhead is None else _ms(overhead)}"
+            f"API {entry['throughput_ratio_batch_over_sequential']:.2f}; over the local batch, "
+            f"per task / fixed per batch: actor pool {cost('ray_pool_overhead_per_task_s')} / "
+            f"{cost('ray_pool_fixed_s')}, Ray Data {cost('ray_data_overhead_per_task_s')} / "
+            f"{cost('ray_data_fixed_s')}"
         )
     return lines
 

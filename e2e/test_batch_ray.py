@@ -1,4 +1,5 @@
-"""``dsh batch --ray`` on a local Ray cluster this module starts, against the REAL Codex.
+"""``dsh batch --ray`` on a local Ray cluster this module starts, against the REAL Codex and
+the example provider's scripted child (for the pool's timing, death and Ctrl-C cases).
 
 The cluster is what a user starts on a head node (``ray start --head``), with two CPUs,
 no dashboard, usage statistics off and every address on loopback
@@ -9,7 +10,8 @@ through Ray's runtime environment: the test proves the product used the unpacked
 
 Ray keeps idle workers (and each worker's guard server) for the next task, so this
 module replaces the workspace's leftover check with one that lets the cluster's own
-processes live until the module ends and fails on anything else, i.e. any product.
+processes live until the module ends and fails on anything else, i.e. any product. The
+pool's actors are not such processes: each test checks that none outlives its batch.
 """
 
 from __future__ import annotations
@@ -269,7 +271,7 @@ def _ancestor_worker(proc: psutil.Process) -> psutil.Process:
 
 
 @pytest.mark.parametrize("retries", [0, 1])
-def test_a_ray_worker_killed_mid_task_leaves_no_product_and_is_failed_or_retried(
+def test_a_ray_actor_killed_mid_task_leaves_no_product_and_is_failed_or_retried(
     cluster: Cluster, batch: Batch, retries: int
 ) -> None:
     batch.router.hold_first.add("victim")
@@ -307,7 +309,7 @@ def test_a_ray_worker_killed_mid_task_leaves_no_product_and_is_failed_or_retried
         assert proc.returncode == 1, err
         assert record["stop_reason"] == "error"
         assert record["diagnostic"] == (
-            "the Ray worker running this task died (WorkerCrashedError; --ray-retries 0)"
+            "the Ray actor running this task died (ActorDiedError; --ray-retries 0)"
         )
         assert batch.router.count("victim") == 1
     else:
@@ -317,3 +319,357 @@ def test_a_ray_worker_killed_mid_task_leaves_no_product_and_is_failed_or_retried
     assert out == ""
     # Ray's own notice of the dead worker is dsh logging, shown with -v only.
     assert all(line.startswith("dsh: ") for line in err.splitlines()), err
+
+
+# -- the pool, with the example provider's scripted child ------------------------------
+
+Dsh = subprocess.Popen[str]  # noqa: TID251 - the dsh executable, as a terminal starts it
+ACTOR_GONE_WITHIN_SECONDS = 60.0
+"""A loose bound for Ray to end a killed actor's process (a loaded 2-core machine)."""
+
+
+def _actors() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.name().startswith("ray::BatchActor") and proc.status() != "zombie":
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _no_actor_left() -> None:
+    _, alive = psutil.wait_procs(_actors(), timeout=ACTOR_GONE_WITHIN_SECONDS)
+    assert alive == [], f"actors outlived their batch: {alive}"
+
+
+@dataclass
+class Example:
+    root: Path
+    ready: Path
+    profile: Path
+
+    def tasks(self, *rows: tuple[str, str]) -> Path:
+        path = self.root / "tasks.jsonl"
+        lines = [json.dumps({"id": task_id, "task": task}) for task_id, task in rows]
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        return path
+
+    @property
+    def out(self) -> Path:
+        return self.root / "results.jsonl"
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        if not self.out.exists():
+            return {}
+        lines = self.out.read_text(encoding="utf-8").splitlines()
+        return {record["id"]: record for record in map(json.loads, lines)}
+
+    def popen(self, cluster: Cluster, tasks: Path, *extra: str, cwd: Path | None = None) -> Dsh:
+        argv = [str(DSH), "batch", str(self.profile), "subagent_example", str(tasks)]
+        argv += ["--out", str(self.out), "--cwd", str(cwd or self.root)]
+        argv += ["--ray", cluster.address]
+        return subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
+            [*argv, *extra],
+            env=cluster.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    def starts(self, name: str) -> int:
+        path = self.ready / f"{name}.starts"
+        return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> Example:
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    profile = tmp_path / "profile.toml"
+    profile.write_text(
+        '[[providers]]\ntype = "example"\n\n[providers.config.env]\n'
+        f"DSH_CONTRACT_READY_DIR = {json.dumps(str(ready))}\n\n"
+        '[[tools]]\nname = "subagent_example"\nprovider = "example"\n'
+        'background_mode = "disabled"\n',
+        encoding="utf-8",
+    )
+    return Example(tmp_path, ready, profile)
+
+
+def _wait(proc: Dsh, until: Any, what: str) -> None:
+    """Until ``until()`` holds (an event the test waits on); dsh must still be running."""
+    while not until():
+        if proc.poll() is not None:
+            pytest.fail(f"dsh exited {proc.returncode} before {what}: {proc.communicate()}")
+        time.sleep(0.05)
+
+
+def _held_product() -> psutil.Process:
+    """The example child that holds its task (the one with a grandchild)."""
+    for proc in psutil.process_iter():
+        try:
+            if "dsh_example_provider.child" in " ".join(proc.cmdline()) and proc.children():
+                return proc
+        except psutil.Error:
+            continue
+    raise AssertionError("no held product found")
+
+
+def test_a_killed_actors_task_is_failed_from_its_start_and_the_pool_goes_on(
+    cluster: Cluster, example: Example
+) -> None:
+    # Three actors on two CPUs: the third is never placed, so "victim" waits on the driver
+    # until "a" or "b" (held at the gate "go") settles. Its record must time it from
+    # there, not from the moment the batch began.
+    tasks = example.tasks(
+        ("a", "dsh-example/wait-for go"),
+        ("b", "dsh-example/wait-for go"),
+        ("victim", "dsh-contract/1 hold T-0000dead"),
+        ("c", "dsh-example/wait-for go2"),
+        ("d", "hello"),
+    )
+    proc = example.popen(cluster, tasks, "--concurrency", "3")
+    try:
+        _wait(proc, lambda: example.starts("go") == 2, "a and b started")
+        gate_opened = time.monotonic()
+        (example.ready / "go").touch()
+        _wait(proc, lambda: (example.ready / "T-0000dead").exists(), "the victim held")
+        held = time.monotonic()
+        product = _held_product()
+        actor = _ancestor_worker(product)
+        tree = [product, *product.children(recursive=True)]
+        actor.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        _, alive = psutil.wait_procs(tree, timeout=60)
+        assert alive == [], "the killed actor's product tree survived it"
+        _wait(proc, lambda: "victim" in example.records(), "the victim's record")
+        recorded = time.monotonic()
+        (example.ready / "go2").touch()  # the pool goes on after the death
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 1, err
+    records = example.records()
+    assert {key: value["stop_reason"] for key, value in records.items()} == {
+        "a": "completed",
+        "b": "completed",
+        "victim": "error",
+        "c": "completed",
+        "d": "completed",
+    }
+    victim = records["victim"]
+    # From its start (after the gate opened) to its death, as the driver learnt of it.
+    assert killed - held <= victim["elapsed_seconds"] <= recorded - gate_opened
+    assert victim["diagnostic"] == (
+        "the Ray actor running this task died (ActorDiedError; --ray-retries 0)"
+    )
+    assert "dsh: batch: 4 completed, 1 failed" in err
+    assert out == ""
+    _no_actor_left()
+
+
+def test_ctrl_c_cancels_every_running_task_on_the_pool_and_exits_130(
+    cluster: Cluster, example: Example
+) -> None:
+    tasks = example.tasks(
+        ("one", "dsh-example/wait-for never"),
+        ("two", "dsh-example/wait-for never"),
+        ("three", "hello"),
+    )
+    watch = ProcessWatch()
+    proc = example.popen(cluster, tasks, "--concurrency", "2")
+    try:
+        _wait(proc, lambda: example.starts("never") == 2, "both tasks started")
+        products = [seen.process for seen in watch.alive() if "child" in " ".join(seen.argv)]
+        assert len(products) >= 2, watch.alive()
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole group
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "dsh: SIGINT: cancelling 2 running task(s) on Ray" in err
+    assert "dsh: batch interrupted; run the same command again to resume" in err
+    assert example.records() == {}  # cancelled runs are not recorded: resume runs them
+    assert alive_of(products) == []  # each run returned only once its tree was gone
+    _no_actor_left()
+
+
+def alive_of(procs: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+# -- Ray Data: map_batches(Delegate) in a pipeline --------------------------------------
+
+PIPELINE = """
+import sys
+
+import ray
+from dsh_cli.ray_data import Delegate
+
+address, bundle, tasks, cwd, out_json, out_parquet = sys.argv[1:]
+ray.init(address=address, runtime_env={"working_dir": bundle}, log_to_driver=False)
+ray.data.DataContext.get_current().enable_progress_bars = False
+rows = ray.data.read_json(tasks)
+done = rows.map_batches(
+    Delegate,
+    fn_constructor_kwargs={"profile": "profile.toml", "target": "subagent_example", "cwd": cwd},
+    compute=ray.data.ActorPoolStrategy(size=2),
+    batch_size=1,
+    num_cpus=0.5,  # two actors on one CPU: the other is for reading the file
+).materialize()
+done.write_json(out_json)
+done.write_parquet(out_parquet)
+ray.shutdown()
+"""
+
+
+def _map_workers() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if "MapWorker" in proc.name() and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_ray_data_pipeline_delegates_each_row_and_survives_a_killed_actor(
+    cluster: Cluster, example: Example
+) -> None:
+    pq = pytest.importorskip("pyarrow.parquet", reason="Ray Data needs pyarrow (dev group)")
+    bundle = example.root / "bundle"
+    bundle.mkdir()
+    shutil.copyfile(example.profile, bundle / "profile.toml")
+    tasks = example.tasks(
+        ("r1", "hello"),
+        ("gated", "dsh-example/wait-for gate"),
+        ("r3", "dsh-contract/1 complete T-000000c3"),
+        ("r4", "dsh-contract/1 fail T-000000f4"),
+    )
+    out_json, out_parquet = example.root / "out-json", example.root / "out-parquet"
+    argv = [sys.executable, "-c", PIPELINE, cluster.address, str(bundle), str(tasks)]
+    argv += [str(example.root), str(out_json), str(out_parquet)]
+    # Under `uv run` (as these tests run) Ray's uv hook would want this project's
+    # pyproject.toml in the job's working_dir; a user shipping a bundle turns it off too.
+    env = {**cluster.env, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    proc: Dsh = subprocess.Popen(  # noqa: TID251 - a Ray driver, as a user's script runs
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait(proc, lambda: example.starts("gate") == 1, "the gated row started")
+        product = _only_product_under_a_map_worker(proc)
+        (actor,) = [a for a in product.parents() if "MapWorker" in a.name()]
+        tree = [product, *product.children(recursive=True)]
+        actor.send_signal(signal.SIGKILL)  # mid-batch: its row's product is working
+        _, alive = psutil.wait_procs(tree, timeout=60)
+        assert alive == [], "the killed actor's product tree survived it"
+        (example.ready / "gate").touch()
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    rows = [
+        json.loads(line)
+        for path in sorted(out_json.glob("*.json*"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+    ]
+    by_id = {row["id"]: row for row in rows}
+    assert sorted(by_id) == ["gated", "r1", "r3", "r4"]
+    assert {key: row["stop_reason"] for key, row in by_id.items()} == {
+        "r1": "completed",
+        "gated": "completed",  # Ray Data restarted the actor and ran the row again
+        "r3": "completed",
+        "r4": "error",
+    }
+    assert (by_id["r1"]["answer"], by_id["r3"]["answer"]) == ("done", "T-000000c3")
+    assert "category: child-error" in by_id["r4"]["diagnostic"]
+    assert all(row["elapsed_seconds"] >= 0 for row in rows)
+    assert example.starts("gate") == 2  # the killed attempt, then the one that answered
+    table = pq.read_table(out_parquet)
+    assert sorted(table.column("id").to_pylist()) == ["gated", "r1", "r3", "r4"]
+    assert {"stop_reason", "answer", "diagnostic", "usage", "elapsed_seconds"} <= set(
+        table.column_names
+    )
+    _, left = psutil.wait_procs(_map_workers(), timeout=ACTOR_GONE_WITHIN_SECONDS)
+    assert left == [], f"Ray Data's actors outlived the pipeline: {left}"
+
+
+def _only_product_under_a_map_worker(proc: Dsh) -> psutil.Process:
+    """The gated row's product: the others answer at once, so it is the one left."""
+
+    def products() -> list[psutil.Process]:
+        found = []
+        for candidate in psutil.process_iter():
+            try:
+                if "dsh_example_provider.child" in " ".join(candidate.cmdline()) and any(
+                    "MapWorker" in parent.name() for parent in candidate.parents()
+                ):
+                    found.append(candidate)
+            except psutil.Error:
+                continue
+        return found
+
+    _wait(proc, lambda: len(products()) == 1, "only the gated row's product is left")
+    (product,) = products()
+    return product
+
+
+def _git(repo: Path, env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid", *args],
+        cwd=repo,
+        env={**env, "GIT_CONFIG_NOSYSTEM": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout.strip()
+
+
+def test_worktree_on_ray_gives_each_task_its_branch_on_the_node(
+    cluster: Cluster, example: Example
+) -> None:
+    repo = example.root / "repo"
+    repo.mkdir()
+    _git(repo, cluster.env, "init", "--quiet", "--initial-branch=main")
+    (repo / "readme.txt").write_text("hello\n", encoding="utf-8")
+    _git(repo, cluster.env, "add", "--all")
+    _git(repo, cluster.env, "commit", "--quiet", "-m", "initial")
+    tasks = example.tasks(
+        *[(f"t{i}", f"task {i}: dsh-example/write edited.txt") for i in range(3)],
+        ("none", "hello"),
+    )
+    proc = example.popen(cluster, tasks, "--worktree", "--concurrency", "2", cwd=repo)
+    out, err = proc.communicate(timeout=600)
+    records = example.records()
+    assert proc.returncode == 0, f"{err}\n{records}"
+    assert out == ""
+    for i in range(3):
+        changes = records[f"t{i}"]["changes"]
+        assert (changes["files_changed"], changes["insertions"]) == (1, 1)
+        shown = _git(repo, cluster.env, "show", f"{changes['branch']}:edited.txt")
+        assert shown == f"task {i}: dsh-example/write edited.txt"
+    assert records["none"]["changes"]["commit"] is None  # nothing changed: branch deleted
+    assert len({records[f"t{i}"]["changes"]["branch"] for i in range(3)}) == 3
+    assert not (repo / "edited.txt").exists()  # the main tree is never touched
+    assert _git(repo, cluster.env, "status", "--porcelain") == ""
+    assert len(_git(repo, cluster.env, "worktree", "list").splitlines()) == 1
+    _no_actor_left()

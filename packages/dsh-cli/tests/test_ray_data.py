@@ -18,6 +18,11 @@ from dsh_cli.ray_data import OUTPUT_COLUMNS, Delegate
 from dsh_subprocess.testing import ProcessWatch
 
 
+def _columns(out: Any) -> dict[str, list[Any]]:
+    """The batch as columns: a pyarrow.Table (pyarrow installed) or the dict itself."""
+    return out.to_pydict() if hasattr(out, "to_pydict") else dict(out)
+
+
 @pytest.fixture
 def profile(tmp_path: Path) -> Path:
     path = tmp_path / "profile.toml"
@@ -45,8 +50,8 @@ def test_each_row_becomes_its_outcome_and_a_failure_is_a_row_never_an_exception(
     }
     with ProcessWatch() as watch:
         with Delegate(str(profile), "subagent_example", cwd=str(tmp_path), concurrency=2) as step:
-            out = step(batch)
-            again = step({"task": ["dsh-contract/1 complete T-00000c02"]})  # the same service
+            out = _columns(step(batch))
+            again = _columns(step({"task": ["dsh-contract/1 complete T-00000c02"]}))
         assert not watch.alive(), "a product outlived its row"
         products = [seen for seen in watch.seen if "dsh_example_provider.child" in seen.argv]
     assert products  # the watch saw real product processes (rows ran as processes)
@@ -64,7 +69,7 @@ def test_each_row_becomes_its_outcome_and_a_failure_is_a_row_never_an_exception(
 
 def test_usage_comes_back_as_json(profile: Path, tmp_path: Path) -> None:
     with Delegate(str(profile), "subagent_example", cwd=str(tmp_path)) as step:
-        out = step({"task": ["dsh-example/progress please"]})
+        out = _columns(step({"task": ["dsh-example/progress please"]}))
     assert out["stop_reason"] == ["completed"]
     assert json.loads(out["usage"][0]) == {"input_tokens": 1200, "output_tokens": 34}
 
@@ -84,3 +89,86 @@ def test_nothing_imports_ray_unless_asked() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_the_added_columns_have_fixed_arrow_types_even_when_every_value_is_null(
+    profile: Path, tmp_path: Path
+) -> None:
+    # Inferred, an all-null diagnostic column would be Arrow's null type and Parquet files
+    # written per batch would disagree on the schema.
+    pa = pytest.importorskip("pyarrow", reason="pyarrow is in the workspace's dev group")
+    with Delegate(str(profile), "subagent_example", cwd=str(tmp_path)) as step:
+        out = step({"task": ["hello"]})
+    assert isinstance(out, pa.Table)
+    assert out.column("diagnostic").to_pylist() == [None]
+    assert {name: str(out.schema.field(name).type) for name in OUTPUT_COLUMNS} == {
+        "stop_reason": "string",
+        "answer": "string",
+        "diagnostic": "string",
+        "usage": "string",
+        "elapsed_seconds": "double",
+        "changes": "string",
+    }
+
+
+def test_without_pyarrow_the_batch_comes_back_as_a_dict(
+    profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` raises ImportError
+    with Delegate(str(profile), "subagent_example", cwd=str(tmp_path)) as step:
+        out = step({"task": ["hello"], "n": [7]})
+    assert out == {
+        "task": ["hello"],
+        "n": [7],
+        "stop_reason": ["completed"],
+        "answer": ["done"],
+        "diagnostic": [None],
+        "usage": [None],
+        "elapsed_seconds": out["elapsed_seconds"],
+        "changes": [None],
+    }
+
+
+def test_with_worktree_isolation_each_row_carries_its_change_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = T\n\temail = t@example.invalid\n[init]\n\tdefaultBranch = main\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "--quiet")
+    (repo / "readme.txt").write_text("hello\n", encoding="utf-8")
+    _git(repo, "add", "--all")
+    _git(repo, "commit", "--quiet", "-m", "initial")
+    profile = tmp_path / "profile.toml"
+    profile.write_text(
+        '[[providers]]\ntype = "example"\n\n[providers.worktree]\n\n'
+        '[[tools]]\nname = "subagent_example"\nprovider = "example"\n'
+        'background_mode = "disabled"\n',
+        encoding="utf-8",
+    )
+    rows = {"id": ["edits", "reads"], "task": ["dsh-example/write edited.txt", "hello"]}
+    with Delegate(str(profile), "subagent_example", cwd=str(repo), concurrency=2) as step:
+        out = _columns(step(rows))
+    assert out["stop_reason"] == ["completed", "completed"]
+    edits, reads = (json.loads(text) for text in out["changes"])
+    assert (edits["files_changed"], edits["insertions"]) == (1, 1)
+    assert _git(repo, "show", f"{edits['branch']}:edited.txt") == "dsh-example/write edited.txt"
+    assert reads["commit"] is None  # nothing changed: no commit, the branch deleted
+    assert not (repo / "edited.txt").exists()  # the main tree is never touched
+    assert _git(repo, "worktree", "list").count("\n") == 0  # only the main tree
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip()

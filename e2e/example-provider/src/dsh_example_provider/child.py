@@ -7,7 +7,8 @@ the task also contains ``dsh-example/progress`` the child first reports progress
 a product does while it works: a piece of text, a tool call and its token usage. With
 ``dsh-example/wait-for <name>`` it first notes its start in ``<ready dir>/<name>.starts``
 and waits until ``<ready dir>/<name>`` exists: a product that answers only when the test
-lets it (e.g. after a bound it must outlast).
+lets it (e.g. after a bound it must outlast). With ``dsh-example/write <name>`` it first
+writes the task text into ``<name>`` in its cwd: a product editing its workspace.
 
 Wire protocol, one JSON object per line: the child writes ``{"type": "ready"}``; the
 provider writes ``{"task": "..."}``; the child may report ``{"type": "text", "text": ...}``,
@@ -30,6 +31,7 @@ from pathlib import Path
 _DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]{6,32})")
 _PROGRESS = "dsh-example/progress"
 _WAIT_FOR = re.compile(r"dsh-example/wait-for ([A-Za-z0-9_.-]+)")
+_WRITE = re.compile(r"dsh-example/write ([A-Za-z0-9_.-]+)")
 
 # What the child reports while it "works" on a task that asks for progress.
 PROGRESS_SCRIPT: tuple[dict[str, str | int], ...] = (
@@ -75,6 +77,9 @@ def main() -> int:
     gate = _WAIT_FOR.search(task)
     if gate is not None:
         _wait_for(gate.group(1))
+    edit = _WRITE.search(task)
+    if edit is not None:
+        Path(edit.group(1)).write_text(task + "\n", encoding="utf-8")
     if _PROGRESS in task:
         for message in PROGRESS_SCRIPT:
             _send(message)

@@ -55,7 +55,12 @@ from dsh_cli.batch_checks import check_base, check_out_path, check_task_cwds
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, TaskList, read_tasks
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import ProfileError, UsageError
-from dsh_cli.isolation import add_worktree_flags, check_isolation, isolate_from_flags
+from dsh_cli.isolation import (
+    add_worktree_flags,
+    check_isolation,
+    isolate_from_flags,
+    worktree_from_flags,
+)
 from dsh_cli.loader import Composition, compose
 from dsh_cli.options import add_budget_flags, budget_from, resolve_target
 from dsh_cli.profile import parse_profile, read_profile
@@ -382,10 +387,9 @@ def cmd_batch(
     task_list = read_tasks(args.tasks)
     composition = load_batch_profile(args.profile, files, discovery=discovery)
     provider = resolve_target(composition, args.target, args.instance)
-    if args.ray is not None and args.worktree:
-        raise UsageError(
-            "--worktree runs on this machine; with --ray set the isolation in the profile"
-        )
+    # With --ray the settings travel to the actors, which isolate on their nodes; the
+    # flags are checked here either way.
+    worktree = worktree_from_flags(composition, provider, args) if args.ray is not None else None
     # A bounded batch reuses its worktrees: a pool as large as its concurrency.
     warm = args.concurrency or default_concurrency()
     composition = isolate_from_flags(composition, provider, args, warm=warm)
@@ -415,6 +419,7 @@ def cmd_batch(
                 retries=args.ray_retries,
                 results=results,
                 err=err,
+                worktree=worktree,
             )
         else:
             assert base is not None

@@ -1,69 +1,66 @@
-"""``dsh batch --ray``: the same batch, each task in a Ray worker (the ``ray`` extra).
+"""``dsh batch --ray``: the same batch on a pool of warm Ray actors (the ``ray`` extra).
 
 The driver (the ``dsh`` process) validates the profile, then ships a *bundle* to the
 cluster through Ray's runtime environment (``working_dir``): a copy of ``--files DIR``
-with the profile inside it. Each task runs as one Ray task: the worker composes the
-profile from its unpacked copy of the bundle (``${DSH_FILES}`` names that copy, so
-nothing depends on paths that exist only on the head node), opens its own
-``SubagentService``, delegates, disposes, and returns the record, which the driver
-appends to the results file as it arrives.
+with the profile inside it. It starts a pool of ``--concurrency`` actors (default: the
+cluster's CPUs), one CPU each (:class:`~dsh_cli.batch_actor.BatchActor`): each composes
+the profile from its unpacked copy of the bundle once (``${DSH_FILES}`` names that copy,
+so nothing depends on paths that exist only on the head node) and keeps one
+``SubagentService`` open for its life. The driver hands a task to an actor only once the
+actor is constructed and idle, so a task starts on its actor the moment it is handed
+over, and appends each record to the results file as it arrives. Actors Ray cannot
+place (more than the cluster's free CPUs) simply get no task until they are placed.
 
 Every node needs ``dsh-cli[ray]`` and the provider distributions the profile uses
 installed in the Python environment Ray runs. Credentials are never shipped: a
 profile's ``pass_env`` reads the environment of the worker (set it where the node's Ray
 is started, or through your cluster's secret mechanism).
 
-A worker killed mid-task (node lost, OOM killer, ``kill -9``) leaves no product process:
-the products run under the host-death guard of the worker process, which kills their
-whole trees when the worker dies. The task is then recorded as failed, or started
-again from scratch ``--ray-retries`` times first.
+An actor killed mid-task (node lost, OOM killer, ``kill -9``) leaves no product process:
+the products run under the host-death guard of the actor's process, which kills their
+whole trees when it dies. The task is then recorded as failed with the time from its
+start to the moment the driver learnt of the death, or handed to another actor again
+from scratch ``--ray-retries`` times first; a new actor takes the dead one's place and
+the other tasks go on.
 
-Ctrl-C cancels every Ray task (``ray.cancel``): a running task cancels its run and
-returns only once the product's tree is gone. A second Ctrl-C kills the workers instead
-(their guards remove the products).
+Ctrl-C cancels the run in progress on every actor (its tree gone before it returns); a
+second Ctrl-C kills those actors instead (their guards remove the products). When the
+batch ends every actor is closed and killed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import signal
 import socket
 import tempfile
-import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections import Counter, deque
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final, TextIO
 
-import anyio
-import anyio.from_thread
-import anyio.lowlevel
-import anyio.to_thread
-from dsh_subagent import ERROR, Budget, CancelController
+from dsh_subagent import ERROR
+from dsh_worktree import Worktree
 
-from dsh_cli.batch import BatchPlan, Summary, load_batch_profile, run_task, task_cwd
+from dsh_cli.batch import BatchPlan, Summary
+from dsh_cli.batch_actor import BUNDLE_PROFILE, BatchActor
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile
-from dsh_cli.errors import ProfileError, UsageError
-from dsh_cli.loader import Composition
-from dsh_cli.ray_cluster import RayUnavailableError, connect_ray, import_ray
-from dsh_cli.runtime import open_runtime
+from dsh_cli.batch_progress import BatchDisplay
+from dsh_cli.errors import UsageError
+from dsh_cli.ray_cluster import RayUnavailableError, connect_ray, import_ray, one_line
 
 __all__ = ["BUNDLE_PROFILE", "check_ray", "import_ray", "run_on_ray"]
 
-BUNDLE_PROFILE: Final = ".dsh-batch/profile.toml"
-"""Where the profile sits inside the shipped bundle."""
-
 _POLL_SECONDS: Final = 0.2
-"""How often the driver looks at Ctrl-C while it waits for Ray (and a worker for cancel)."""
+"""How often the driver looks at Ctrl-C while it waits for Ray."""
+
+_CLOSE_SECONDS: Final = 60.0
+"""How long the driver waits for the actors to close their services at the end."""
 
 _PROBE_SECONDS: Final = 10.0
 """How long the driver tries to open a TCP connection to the cluster's address."""
-
-_CANCEL_REASON: Final = "interrupted (ray.cancel)"
 
 
 def _stage_bundle(stage: Path, profile: Path, files: str | None) -> None:
@@ -107,8 +104,11 @@ def run_on_ray(
     retries: int,
     results: ResultsFile,
     err: TextIO,
+    worktree: Worktree | None = None,
 ) -> Summary:
     """Run ``plan`` on the Ray cluster at ``address`` (``None``: Ray's own default).
+
+    ``worktree``: ``--worktree`` settings every actor isolates its instance with.
 
     Raises:
         UsageError: Ray is not installed.
@@ -117,225 +117,211 @@ def run_on_ray(
         _stage_bundle(Path(stage), profile, files)
         try:
             with connect_ray(address, {"working_dir": stage}) as ray:
-                return _drive(ray, plan, base_cwd, retries, results, err)
+                pool = _Pool(ray, plan, base_cwd, retries, worktree)
+                return pool.drive(results, err)
         except RayUnavailableError as exc:
             return Summary(0, 0, False, len(plan.tasks), f"could not reach Ray: {exc}")
         except KeyboardInterrupt:  # Ctrl-C while Ray was starting: nothing ran
             return Summary(0, 0, True, len(plan.tasks))
 
 
-def _drive(
-    ray: Any, plan: BatchPlan, base_cwd: str | None, retries: int, results: ResultsFile, err: TextIO
-) -> Summary:
-    from dsh_cli.batch_progress import BatchDisplay
-
-    concurrency = plan.concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    remote = ray.remote(_ray_task).options(num_cpus=1, max_retries=retries, retry_exceptions=False)
-    budget = plan.budget.model_dump_json() if plan.budget is not None else None
-    signals: list[int] = []
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        signals.append(signum)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    pending: dict[Any, tuple[BatchTask, float]] = {}
-    queue = list(reversed(plan.tasks))
-    handled = 0
-    try:
-        with BatchDisplay(len(plan.tasks), err) as display:
-            while True:
-                if len(signals) > handled:
-                    _escalate(ray, pending, handled, signals[-1], display)
-                    handled = len(signals)
-                while not signals and queue and len(pending) < concurrency:
-                    task = queue.pop()
-                    ref = remote.remote(task.model_dump_json(), plan.provider, base_cwd, budget)
-                    pending[ref] = (task, time.monotonic())
-                    display.started()
-                if not pending:
-                    break
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_SECONDS)
-                for ref in ready:
-                    task, submitted = pending.pop(ref)
-                    record = _settle(ray, ref, task, submitted, retries, interrupted=bool(signals))
-                    if record is None:
-                        display.left()
-                    else:
-                        results.append(record)
-                        display.settled_one(record)
-            return Summary(
-                done=display.done,
-                failed=display.failed,
-                interrupted=bool(signals),
-                not_run=len(plan.tasks) - display.settled,
-            )
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+@dataclass
+class _Job:
+    task: BatchTask
+    ref: Any
+    started: float
+    """When the task was handed to its (constructed, idle) actor: its start there."""
 
 
-def _escalate(ray: Any, pending: dict[Any, Any], handled: int, signum: int, display: Any) -> None:
-    name = signal.Signals(signum).name
-    if handled == 0:
-        display.message(
-            f"dsh: {name}: cancelling {len(pending)} Ray task(s); waiting for every product "
-            "to exit (again to kill the workers)"
+@dataclass
+class _Slot:
+    """One actor of the pool: constructing (``ready`` set), idle, or running ``job``."""
+
+    actor: Any
+    ready: Any | None
+    job: _Job | None = None
+
+
+class _Pool:
+    """The driver's side of the actor pool (see the module doc)."""
+
+    def __init__(
+        self,
+        ray: Any,
+        plan: BatchPlan,
+        base_cwd: str | None,
+        retries: int,
+        worktree: Worktree | None,
+    ) -> None:
+        self._ray = ray
+        self._plan = plan
+        self._retries = retries
+        self._actor_class = ray.remote(BatchActor).options(
+            num_cpus=1, max_concurrency=2, max_restarts=0, max_task_retries=0
         )
-        for ref in pending:
-            ray.cancel(ref, force=False)
-    elif handled == 1:
-        display.message(f"dsh: {name}: killing the Ray workers; their guards remove the products")
-        for ref in pending:
-            ray.cancel(ref, force=True)
-    else:
-        display.message("dsh: still cancelling; waiting for Ray to report every task")
+        budget = plan.budget.model_dump_json() if plan.budget is not None else None
+        settings = worktree.model_dump_json(exclude_unset=True) if worktree else None
+        self._args = (plan.provider, base_cwd, budget, settings)
+        size = plan.concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._slots = [self._new_slot() for _ in range(min(size, len(plan.tasks)))]
+        self._queue = deque(plan.tasks)
+        self._attempts: Counter[str] = Counter()
+        self._signals: list[int] = []
+        self._start_problem: str | None = None
+        self._start_failure: str | None = None
 
+    def _new_slot(self) -> _Slot:
+        actor = self._actor_class.remote(*self._args)
+        return _Slot(actor, actor.ready.remote())
 
-def _settle(
-    ray: Any, ref: Any, task: BatchTask, submitted: float, retries: int, *, interrupted: bool
-) -> BatchRecord | None:
-    def failed(diagnostic: str) -> BatchRecord:
-        elapsed = round(time.monotonic() - submitted, 3)
-        return BatchRecord(
-            id=task.id, stop_reason=ERROR, diagnostic=diagnostic, elapsed_seconds=elapsed
-        )
+    def drive(self, results: ResultsFile, err: TextIO) -> Summary:
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self._signals.append(signum)
 
-    try:
-        value = ray.get(ref)
-    except ray.exceptions.RayError as exc:
-        if interrupted:
-            return None
-        name = type(exc).__name__
-        if isinstance(exc, ray.exceptions.RayTaskError):
-            return failed(f"the Ray task raised {name}")
-        attempts = f"{retries + 1} attempts" if retries else "--ray-retries 0"
-        return failed(f"the Ray worker running this task died ({name}; {attempts})")
-    if value is None:
-        return None if interrupted else failed("the Ray task returned no record")
-    return BatchRecord.model_validate_json(value)
-
-
-class _NodeFirstStartAlone:
-    """:class:`~dsh_cli.batch.FirstStartAlone` across the worker processes of one node.
-
-    The workers of a node share its unpacked bundle (and so any product home in it): a
-    file lock there lets the node's first product start run alone, and a marker file
-    records that one succeeded.
-    """
-
-    def __init__(self, bundle: str) -> None:
-        self._lock = Path(bundle, ".dsh-batch", "first-start.lock")
-        self._warm = Path(bundle, ".dsh-batch", "first-start.done")
-
-    @asynccontextmanager
-    async def _passage(self) -> AsyncIterator[None]:
-        if self._warm.exists():
-            yield
-            return
-        import fcntl  # POSIX only: imported where it is used
-
-        fd = os.open(self._lock, os.O_RDWR | os.O_CREAT, 0o644)
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            await anyio.to_thread.run_sync(fcntl.flock, fd, fcntl.LOCK_EX)
-            if self._warm.exists():
-                yield
-                return
-            yield
-            self._warm.touch()
+            with BatchDisplay(len(self._plan.tasks), err) as display:
+                self._loop(results, display)
+                return Summary(
+                    done=display.done,
+                    failed=display.failed,
+                    interrupted=bool(self._signals),
+                    not_run=len(self._plan.tasks) - display.settled,
+                    error=self._start_failure,
+                )
         finally:
-            os.close(fd)  # releases the lock
+            try:
+                self._shut_down()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
 
-    def passage(self) -> AbstractAsyncContextManager[None]:
-        """Held around one product start."""
-        return self._passage()
+    def _loop(self, results: ResultsFile, display: BatchDisplay) -> None:
+        handled = 0
+        while True:
+            if len(self._signals) > handled:
+                self._escalate(handled, self._signals[-1], display)
+                handled = len(self._signals)
+            if not self._signals:
+                self._dispatch(display)
+            waiting: dict[Any, _Slot] = {}
+            for slot in self._slots:
+                if slot.job is not None:
+                    waiting[slot.job.ref] = slot
+                elif slot.ready is not None and not self._signals:
+                    waiting[slot.ready] = slot
+            if not any(slot.job for slot in self._slots) and (self._signals or not self._queue):
+                return
+            if not waiting:  # tasks left, and no actor that could ever take them
+                problem = self._start_problem or "no Ray actor of the pool could be started"
+                self._start_failure = problem
+                return
+            ready, _ = self._ray.wait(list(waiting), num_returns=1, timeout=_POLL_SECONDS)
+            for ref in ready:
+                slot = waiting[ref]
+                if slot.job is not None and slot.job.ref == ref:
+                    self._finished(slot, results, display)
+                else:
+                    self._constructed(slot)
 
+    def _dispatch(self, display: BatchDisplay) -> None:
+        for slot in self._slots:
+            if not self._queue:
+                return
+            if slot.ready is None and slot.job is None:
+                task = self._queue.popleft()
+                ref = slot.actor.run.remote(task.model_dump_json())
+                slot.job = _Job(task, ref, time.monotonic())
+                display.started()
 
-class _Interrupt:
-    """``ray.cancel`` (a KeyboardInterrupt in the worker's main thread) → cancel the run."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._requested = False
-        self._controller: CancelController | None = None
-        self._token: anyio.lowlevel.EventLoopToken | None = None
-
-    def bind(self, controller: CancelController) -> None:
-        with self._lock:
-            self._controller = controller
-            self._token = anyio.lowlevel.current_token()
-            requested = self._requested
-        if requested:
-            controller.cancel(_CANCEL_REASON)
-
-    def request(self) -> None:
-        with self._lock:
-            self._requested = True
-            controller, token = self._controller, self._token
-        if controller is not None and token is not None:
-            with contextlib.suppress(RuntimeError):  # the event loop already finished
-                anyio.from_thread.run_sync(controller.cancel, _CANCEL_REASON, token=token)
-
-
-async def _run_in_worker(
-    composition: Composition,
-    provider: str,
-    task: BatchTask,
-    cwd: str,
-    budget: Budget | None,
-    interrupt: _Interrupt,
-    gate: _NodeFirstStartAlone,
-) -> BatchRecord | None:
-    controller = CancelController()
-    interrupt.bind(controller)
-    async with open_runtime(composition) as runtime:
-        return await run_task(runtime.service, provider, task, cwd, controller.signal, budget, gate)
-
-
-def _ray_task(
-    task_json: str, provider: str, base_cwd: str | None, budget_json: str | None
-) -> str | None:
-    """One batch task inside a Ray worker; the record as JSON, ``None`` when cancelled.
-
-    Ray makes the unpacked bundle the current directory. The run happens on a thread of
-    its own so that this (main) thread stays free to receive ``ray.cancel``'s
-    KeyboardInterrupt and turn it into a cancellation the run settles from.
-    """
-    task = BatchTask.model_validate_json(task_json)
-    bundle = os.getcwd()
-    started = time.monotonic()
-
-    def failed(diagnostic: str) -> str:
-        elapsed = round(time.monotonic() - started, 3)
-        return BatchRecord(
-            id=task.id, stop_reason=ERROR, diagnostic=diagnostic, elapsed_seconds=elapsed
-        ).model_dump_json()
-
-    try:
-        composition = load_batch_profile(Path(bundle, BUNDLE_PROFILE), bundle)
-    except ProfileError as exc:
-        return failed(f"could not load the profile on the Ray node: {exc.problems[0]}")
-    budget = Budget.model_validate_json(budget_json) if budget_json is not None else None
-    cwd = task_cwd(task, base_cwd or bundle, bundle)
-    interrupt = _Interrupt()
-    gate = _NodeFirstStartAlone(bundle)
-    outcome: dict[str, Any] = {}
-
-    def body() -> None:
+    def _constructed(self, slot: _Slot) -> None:
+        ray = self._ray
         try:
-            outcome["record"] = anyio.run(
-                _run_in_worker, composition, provider, task, cwd, budget, interrupt, gate
+            ray.get(slot.ready)
+        except ray.exceptions.RayError as exc:
+            # Never constructed (its runtime environment failed, no node can host it):
+            # dropped, not replaced; the batch fails only when no actor is left.
+            self._start_problem = f"a Ray actor of the pool could not start: {one_line(exc)}"
+            ray.kill(slot.actor, no_restart=True)
+            self._slots.remove(slot)
+            return
+        slot.ready = None  # a node that could not compose the profile records that per task
+
+    def _finished(self, slot: _Slot, results: ResultsFile, display: BatchDisplay) -> None:
+        ray = self._ray
+        job = slot.job
+        assert job is not None
+        slot.job = None
+        interrupted = bool(self._signals)
+        try:
+            value = ray.get(job.ref)
+        except ray.exceptions.RayActorError as exc:
+            retry = not interrupted and self._attempts[job.task.id] < self._retries
+            if retry:
+                self._attempts[job.task.id] += 1
+                self._queue.appendleft(job.task)
+            self._replace(slot)
+            if interrupted or retry:
+                display.left()
+                return
+            attempts = f"{self._retries + 1} attempts" if self._retries else "--ray-retries 0"
+            name = type(exc).__name__
+            record = _failed(job, f"the Ray actor running this task died ({name}; {attempts})")
+        except ray.exceptions.RayError as exc:
+            if interrupted:
+                display.left()
+                return
+            record = _failed(job, f"the Ray actor raised {type(exc).__name__}")
+        else:
+            if value is None:  # cancelled: not recorded, runs again on resume
+                display.left()
+                return
+            record = BatchRecord.model_validate_json(value)
+        results.append(record)
+        display.settled_one(record)
+
+    def _replace(self, slot: _Slot) -> None:
+        """A new actor in a dead one's place while tasks are left (its products went with it)."""
+        self._ray.kill(slot.actor, no_restart=True)
+        if self._signals or not self._queue:
+            self._slots.remove(slot)
+            return
+        replacement = self._new_slot()
+        slot.actor, slot.ready = replacement.actor, replacement.ready
+
+    def _escalate(self, handled: int, signum: int, display: BatchDisplay) -> None:
+        name = signal.Signals(signum).name
+        running = [slot for slot in self._slots if slot.job is not None]
+        if handled == 0:
+            display.message(
+                f"dsh: {name}: cancelling {len(running)} running task(s) on Ray; waiting for "
+                "every product to exit (again to kill the actors)"
             )
-        except BaseException as exc:
-            outcome["error"] = f"internal error ({type(exc).__name__})"
+            for slot in running:
+                slot.actor.cancel.remote()
+        elif handled == 1:
+            display.message(
+                f"dsh: {name}: killing the Ray actors; their guards remove the products"
+            )
+            for slot in running:
+                self._ray.kill(slot.actor, no_restart=True)
+        else:
+            display.message("dsh: still cancelling; waiting for Ray to report every task")
 
-    thread = threading.Thread(target=body, name=f"dsh-batch-{task.id}")
-    thread.start()
-    while thread.is_alive():
-        try:
-            thread.join(_POLL_SECONDS)
-        except KeyboardInterrupt:
-            interrupt.request()
-    if "error" in outcome:
-        return failed(outcome["error"])
-    record: BatchRecord | None = outcome.get("record")
-    return record.model_dump_json() if record is not None else None
+    def _shut_down(self) -> None:
+        """Close every constructed actor's service, then kill every actor of the pool."""
+        ray = self._ray
+        idle = [slot for slot in self._slots if slot.ready is None and slot.job is None]
+        closing = [slot.actor.close.remote() for slot in idle]
+        if closing:
+            ray.wait(closing, num_returns=len(closing), timeout=_CLOSE_SECONDS)
+        for slot in self._slots:
+            ray.kill(slot.actor, no_restart=True)
+        self._slots.clear()
+
+
+def _failed(job: _Job, diagnostic: str) -> BatchRecord:
+    elapsed = round(time.monotonic() - job.started, 3)
+    return BatchRecord(
+        id=job.task.id, stop_reason=ERROR, diagnostic=diagnostic, elapsed_seconds=elapsed
+    )

@@ -22,7 +22,13 @@ from dsh_cli.errors import UsageError
 from dsh_cli.loader import Composition
 from dsh_cli.profile import describe_validation_error
 
-__all__ = ["add_worktree_flags", "check_isolation", "isolate_from_flags"]
+__all__ = [
+    "add_worktree_flags",
+    "check_isolation",
+    "isolate",
+    "isolate_from_flags",
+    "worktree_from_flags",
+]
 
 
 def add_worktree_flags(
@@ -85,6 +91,32 @@ def _settings(args: argparse.Namespace, base: Worktree | None) -> Worktree | Non
         raise UsageError(line.replace("'", "", 1)) from None
 
 
+def isolate(composition: Composition, provider: str, settings: Worktree) -> Composition:
+    """The composition with ``provider`` isolated by ``settings`` (over its own isolation).
+
+    Raises:
+        WorktreeError: the instance cannot be isolated (it configures its own cwd).
+    """
+    loaded = composition.provider(provider)
+    inner = loaded.provider
+    if isinstance(inner, WorktreeProvider):
+        inner = inner.inner
+    replaced = dataclasses.replace(loaded, provider=settings.isolate(inner), worktree=settings)
+    providers = tuple(replaced if p is loaded else p for p in composition.providers)
+    return dataclasses.replace(composition, providers=providers)
+
+
+def worktree_from_flags(
+    composition: Composition, provider: str, args: argparse.Namespace
+) -> Worktree | None:
+    """The isolation the ``--worktree`` flags ask for (over the profile's), or ``None``.
+
+    Raises:
+        UsageError: a setting flag without ``--worktree``, or a bad setting.
+    """
+    return _settings(args, composition.provider(provider).worktree)
+
+
 def isolate_from_flags(
     composition: Composition, provider: str, args: argparse.Namespace, *, warm: int = 0
 ) -> Composition:
@@ -97,22 +129,15 @@ def isolate_from_flags(
         UsageError: a setting flag without ``--worktree``, a bad setting, or an instance
             that configures its own cwd.
     """
-    loaded = composition.provider(provider)
-    settings = _settings(args, loaded.worktree)
+    settings = worktree_from_flags(composition, provider, args)
     if settings is None:
         return composition
     if "warm" not in settings.model_fields_set:  # neither the profile nor a flag set it
         settings = settings.model_copy(update={"warm": min(warm, MAX_WARM)})
-    inner = loaded.provider
-    if isinstance(inner, WorktreeProvider):
-        inner = inner.inner
     try:
-        wrapped = settings.isolate(inner)
+        return isolate(composition, provider, settings)
     except WorktreeError as exc:
         raise UsageError(exc.message) from None
-    replaced = dataclasses.replace(loaded, provider=wrapped, worktree=settings)
-    providers = tuple(replaced if p is loaded else p for p in composition.providers)
-    return dataclasses.replace(composition, providers=providers)
 
 
 def check_isolation(composition: Composition, provider: str, cwds: Iterable[str]) -> None:

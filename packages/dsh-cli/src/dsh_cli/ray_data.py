@@ -6,10 +6,16 @@ actor pool: each actor builds one, which composes the profile once and keeps one
 rows of a batch at once (``concurrency`` at a time), each row's product tree gone before
 its row comes back. A row carries ``task`` (the complete task text) and optionally
 ``id`` and ``cwd``; the output batch is the input columns plus ``stop_reason``,
-``answer``, ``diagnostic``, ``usage`` (the product's token report as JSON, or null) and
-``elapsed_seconds``. A failed delegation (or a row without a task) is a row with
-``stop_reason = "error"`` and a diagnostic saying why, never an exception, so one bad
-task never fails the pipeline.
+``answer``, ``diagnostic``, ``usage`` (the product's token report as JSON, or null),
+``elapsed_seconds`` and ``changes`` (where the instance is isolated in a git worktree, see
+the profile's ``worktree`` setting: the change summary as JSON — branch, commit, base,
+files changed, insertions, deletions — else null). Where pyarrow is installed (always
+under Ray Data) the batch comes back as a ``pyarrow.Table`` whose added columns have
+fixed types (strings and a float), so a batch whose rows all lack a diagnostic still has
+a ``string`` diagnostic column and files written per batch (``write_parquet``) share one
+schema; without pyarrow it is a dict of lists. A failed delegation (or a row without a
+task) is a row with ``stop_reason = "error"`` and a diagnostic saying why, never an
+exception, so one bad task never fails the pipeline.
 
 This module imports nothing of Ray: Ray Data constructs and calls the class. An actor
 that dies mid-batch (node lost, OOM killer) leaves no product process: the products run
@@ -35,7 +41,14 @@ from dsh_cli.runtime import open_runtime
 
 __all__ = ["OUTPUT_COLUMNS", "Delegate"]
 
-OUTPUT_COLUMNS: Final = ("stop_reason", "answer", "diagnostic", "usage", "elapsed_seconds")
+OUTPUT_COLUMNS: Final = (
+    "stop_reason",
+    "answer",
+    "diagnostic",
+    "usage",
+    "elapsed_seconds",
+    "changes",
+)
 """The columns :class:`Delegate` adds to each batch."""
 
 
@@ -43,6 +56,26 @@ def _rows(batch: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     columns = {name: list(values) for name, values in batch.items()}
     size = max((len(values) for values in columns.values()), default=0)
     return [{name: values[i] for name, values in columns.items()} for i in range(size)]
+
+
+def _typed(out: dict[str, list[Any]]) -> Any:
+    """``out`` as a ``pyarrow.Table`` with the added columns' types fixed, if pyarrow exists.
+
+    Deliberate: inferred from the values, a column whose rows are all null (no row of
+    the batch has a diagnostic) would be of Arrow's null type, and per-batch Parquet
+    files would disagree on their schema.
+    """
+    try:
+        import pyarrow as pa  # type: ignore[import-untyped]
+    except ImportError:
+        return out
+    types = {name: pa.string() for name in OUTPUT_COLUMNS}
+    types["elapsed_seconds"] = pa.float64()
+    columns = {
+        name: pa.array(values, type=types.get(name)) if name in types else values
+        for name, values in out.items()
+    }
+    return pa.table(columns)
 
 
 def _text(value: Any) -> str | None:
@@ -104,8 +137,12 @@ class Delegate:
             self._stack.close()
             raise
 
-    def __call__(self, batch: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
-        """The batch with :data:`OUTPUT_COLUMNS` added, one outcome per row, in row order."""
+    def __call__(self, batch: Mapping[str, Sequence[Any]]) -> Any:
+        """The batch with :data:`OUTPUT_COLUMNS` added, one outcome per row, in row order.
+
+        A ``pyarrow.Table`` when pyarrow is installed, else a dict of lists (see the
+        module doc).
+        """
         rows = _rows(batch)
         records = self._portal.call(self._run_rows, rows)
         out: dict[str, list[Any]] = {name: list(values) for name, values in batch.items()}
@@ -117,7 +154,10 @@ class Delegate:
             for record in records
         ]
         out["elapsed_seconds"] = [record.elapsed_seconds for record in records]
-        return out
+        out["changes"] = [
+            record.changes.model_dump_json() if record.changes else None for record in records
+        ]
+        return _typed(out)
 
     async def _run_rows(self, rows: list[dict[str, Any]]) -> list[BatchRecord]:
         records: list[BatchRecord | None] = [None] * len(rows)

@@ -1,0 +1,209 @@
+"""The actor of ``dsh batch --ray``'s pool: one composed profile, one open service, many tasks.
+
+:class:`BatchActor` is a plain class; the driver (:mod:`dsh_cli.batch_ray`) makes it a
+Ray actor with ``ray.remote`` (this module imports nothing of Ray). Ray starts the actor
+in the job's ``working_dir``, the unpacked bundle: the actor composes the profile from
+its copy there once (``${DSH_FILES}`` names that copy), opens one ``SubagentService`` on
+an event loop of its own and keeps both for its whole life. Each :meth:`BatchActor.run`
+is then one delegation on that service, returned only once the product's process tree
+is gone, so between tasks no product process exists.
+
+The actor is threaded (two calls at a time): :meth:`BatchActor.cancel` reaches it while a
+:meth:`BatchActor.run` is in progress and cancels that run, which settles like any
+cancelled delegation. An actor killed mid-task (node lost, OOM killer, ``kill -9``,
+``ray.kill``) leaves no product process: the products run under the host-death guard of
+the actor's process, which kills their whole trees when the process dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Final
+
+import anyio
+import anyio.to_thread
+from anyio.from_thread import start_blocking_portal
+from dsh_subagent import ERROR, Budget, CancelController, SubagentError, SubagentService
+from dsh_worktree import Worktree, WorktreeError
+
+from dsh_cli.batch import load_batch_profile, run_task, task_cwd
+from dsh_cli.batch_io import BatchRecord, BatchTask
+from dsh_cli.errors import ProfileError
+from dsh_cli.isolation import isolate
+from dsh_cli.loader import Composition
+from dsh_cli.runtime import open_runtime
+
+__all__ = ["BUNDLE_PROFILE", "CANCEL_REASON", "BatchActor"]
+
+BUNDLE_PROFILE: Final = ".dsh-batch/profile.toml"
+"""Where the profile sits inside the shipped bundle."""
+
+CANCEL_REASON: Final = "interrupted (dsh batch --ray)"
+
+
+class _NodeFirstStartAlone:
+    """:class:`~dsh_cli.batch.FirstStartAlone` across the actor processes of one node.
+
+    The actors of a node share its unpacked bundle (and so any product home in it): a
+    file lock there lets the node's first product start run alone, and a marker file
+    records that one succeeded.
+    """
+
+    def __init__(self, bundle: str) -> None:
+        self._lock = Path(bundle, ".dsh-batch", "first-start.lock")
+        self._warm = Path(bundle, ".dsh-batch", "first-start.done")
+
+    @asynccontextmanager
+    async def _passage(self) -> AsyncIterator[None]:
+        if self._warm.exists():
+            yield
+            return
+        import fcntl  # POSIX only: imported where it is used
+
+        fd = os.open(self._lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            await anyio.to_thread.run_sync(fcntl.flock, fd, fcntl.LOCK_EX)
+            if self._warm.exists():
+                yield
+                return
+            yield
+            self._warm.touch()
+        finally:
+            os.close(fd)  # releases the lock
+
+    def passage(self) -> AbstractAsyncContextManager[None]:
+        """Held around one product start."""
+        return self._passage()
+
+
+def _failed(task: BatchTask, diagnostic: str, started: float) -> str:
+    return BatchRecord(
+        id=task.id,
+        stop_reason=ERROR,
+        diagnostic=diagnostic,
+        elapsed_seconds=round(time.monotonic() - started, 3),
+    ).model_dump_json()
+
+
+class BatchActor:
+    """One slot of the pool (see the module doc).
+
+    A problem composing the profile or opening the service on the node does not fail the
+    actor's construction: every task it is given is then recorded failed with that
+    problem, as it would be on this machine.
+
+    Args:
+        provider: The instance name every task delegates to.
+        base_cwd: Base directory of relative task cwds (default: the unpacked bundle).
+        budget_json: The per-task budget as JSON, or ``None``.
+        worktree_json: ``--worktree`` settings as JSON (over the profile's own), or ``None``.
+    """
+
+    _service: SubagentService
+    """Set once the service is open (on the actor's event loop)."""
+
+    # Deliberate: no method is ``async``. Ray makes a class with any coroutine method an
+    # async actor, whose methods all run on one event loop: a blocking ``run`` would then
+    # keep ``cancel`` from ever running. The async work is in module functions below.
+
+    def __init__(
+        self,
+        provider: str,
+        base_cwd: str | None,
+        budget_json: str | None,
+        worktree_json: str | None = None,
+    ) -> None:
+        self._bundle = os.getcwd()
+        self._provider = provider
+        self._base = base_cwd or self._bundle
+        self._budget = Budget.model_validate_json(budget_json) if budget_json else None
+        self._lock = threading.Lock()
+        self._controller: CancelController | None = None
+        self._cancelled = False
+        self._problem: str | None = None
+        self._gate = _NodeFirstStartAlone(self._bundle)
+        self._stack = contextlib.ExitStack()
+        try:
+            composition = load_batch_profile(Path(self._bundle, BUNDLE_PROFILE), self._bundle)
+            if worktree_json is not None:
+                composition = isolate(
+                    composition, provider, Worktree.model_validate_json(worktree_json)
+                )
+        except ProfileError as exc:
+            self._problem = f"could not load the profile on the Ray node: {exc.problems[0]}"
+            return
+        except WorktreeError as exc:
+            self._problem = f"could not isolate on the Ray node: {exc.message}"
+            return
+        try:
+            self._portal = self._stack.enter_context(start_blocking_portal())
+            self._stack.enter_context(
+                self._portal.wrap_async_context_manager(_hold_runtime(self, composition))
+            )
+        except Exception as exc:
+            self._stack.close()
+            reason = exc.message if isinstance(exc, SubagentError) else type(exc).__name__
+            self._problem = f"could not open the service on the Ray node: {reason}"
+
+    def ready(self) -> bool:
+        """Constructed (the driver feeds only actors that answered this)."""
+        return self._problem is None
+
+    def run(self, task_json: str) -> str | None:
+        """Delegate one task; its record as JSON, ``None`` when :meth:`cancel` cancelled it."""
+        started = time.monotonic()
+        task = BatchTask.model_validate_json(task_json)
+        if self._problem is not None:
+            return _failed(task, self._problem, started)
+        try:
+            record = self._portal.call(_run, self, task)
+        except Exception as exc:
+            return _failed(task, f"internal error ({type(exc).__name__})", started)
+        return record.model_dump_json() if record is not None else None
+
+    def cancel(self) -> None:
+        """Cancel the run in progress (and any later one): it settles, its tree gone."""
+        with self._lock:
+            self._cancelled = True
+            controller = self._controller
+        if controller is not None:
+            self._portal.call(controller.cancel, CANCEL_REASON)
+
+    def close(self) -> None:
+        """Close the service and the actor's event loop (no run is in progress)."""
+        self._stack.close()
+
+
+@asynccontextmanager
+async def _hold_runtime(actor: BatchActor, composition: Composition) -> AsyncIterator[None]:
+    async with open_runtime(composition) as runtime:
+        actor._service = runtime.service
+        yield
+
+
+async def _run(actor: BatchActor, task: BatchTask) -> BatchRecord | None:
+    controller = CancelController()
+    with actor._lock:
+        if actor._cancelled:
+            return None
+        actor._controller = controller
+    try:
+        cwd = task_cwd(task, actor._base, actor._bundle)
+        return await run_task(
+            actor._service,
+            actor._provider,
+            task,
+            cwd,
+            controller.signal,
+            actor._budget,
+            actor._gate,
+        )
+    finally:
+        with actor._lock:
+            actor._controller = None
