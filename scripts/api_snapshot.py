@@ -33,6 +33,8 @@ DISTRIBUTIONS = {
     "dsh-mcp": "dsh_mcp",
     "dsh-otel": "dsh_otel",
     "dsh-worktree": "dsh_worktree",
+    # Test helpers for hosts: a private git home and a scratch repository.
+    "dsh-worktree.testing": "dsh_worktree.testing",
     "dsh-contract-tests": "dsh_contract_tests",
 }
 

@@ -16,6 +16,8 @@ import pytest
 from dsh_cli.errors import UsageError
 from dsh_cli.ray_data import OUTPUT_COLUMNS, Delegate
 from dsh_subprocess.testing import ProcessWatch
+from dsh_worktree.testing import git_out as _git
+from dsh_worktree.testing import private_git_env, scratch_repository
 
 
 def _columns(out: Any) -> dict[str, list[Any]]:
@@ -132,22 +134,9 @@ def test_without_pyarrow_the_batch_comes_back_as_a_dict(
 def test_with_worktree_isolation_each_row_carries_its_change_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".gitconfig").write_text(
-        "[user]\n\tname = T\n\temail = t@example.invalid\n[init]\n\tdefaultBranch = main\n",
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "--quiet")
-    (repo / "readme.txt").write_text("hello\n", encoding="utf-8")
-    _git(repo, "add", "--all")
-    _git(repo, "commit", "--quiet", "-m", "initial")
+    for name, value in private_git_env(tmp_path / "home").items():
+        monkeypatch.setenv(name, value)
+    repo = scratch_repository(tmp_path / "repo")
     profile = tmp_path / "profile.toml"
     profile.write_text(
         '[[providers]]\ntype = "example"\n\n[providers.worktree]\n\n'
@@ -165,10 +154,3 @@ def test_with_worktree_isolation_each_row_carries_its_change_summary(
     assert reads["commit"] is None  # nothing changed: no commit, the branch deleted
     assert not (repo / "edited.txt").exists()  # the main tree is never touched
     assert _git(repo, "worktree", "list").count("\n") == 0  # only the main tree
-
-
-def _git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
-    )
-    return done.stdout.strip()

@@ -8,7 +8,6 @@ real products editing through their own tools are the e2e worktree tier's).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import ClassVar
 
@@ -25,6 +24,8 @@ from dsh_subagent import (
 from dsh_subagent.testing import Script, ScriptedProvider
 from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_worktree import Worktree, WorktreeProvider
+from dsh_worktree.testing import git_out as _git
+from dsh_worktree.testing import private_git_env, scratch_repository
 from pydantic import BaseModel, ConfigDict
 
 
@@ -58,31 +59,11 @@ def _write(path: Path, text: str) -> None:
 DISCOVERY = StaticDiscovery({"editing": [EditingEntry]})
 
 
-def _git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
-    )
-    return done.stdout.strip()
-
-
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".gitconfig").write_text(
-        "[user]\n\tname = T\n\temail = t@example.invalid\n[init]\n\tdefaultBranch = main\n",
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "--quiet")
-    (root / "readme.txt").write_text("hello\n", encoding="utf-8")
-    _git(root, "add", "--all")
-    _git(root, "commit", "--quiet", "-m", "initial")
+    for name, value in private_git_env(tmp_path / "home").items():
+        monkeypatch.setenv(name, value)
+    root = scratch_repository(tmp_path / "repo")
     return root
 
 

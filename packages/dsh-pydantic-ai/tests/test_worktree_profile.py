@@ -7,7 +7,6 @@ rows bind one provider row: ``iso`` sets ``[tools.worktree]``, ``plain`` does no
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,6 +15,8 @@ from dsh_cli import StaticDiscovery, load_profile, open_runtime
 from dsh_pydantic_ai import SubagentToolset
 from dsh_subagent import ParentContext, ResolvedSubagentStartRequest, SubprocessRunHandle, TextBlock
 from dsh_subagent.testing import Script, ScriptedProvider
+from dsh_worktree.testing import git_out as git
+from dsh_worktree.testing import private_git_env, scratch_repository
 from pai_model import Steps, call
 from pydantic import BaseModel, ConfigDict
 from pydantic_ai import Agent
@@ -65,31 +66,11 @@ branch = "iso/{id}"
 """
 
 
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
-    )
-    return done.stdout.strip()
-
-
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".gitconfig").write_text(
-        "[user]\n\tname = T\n\temail = t@example.invalid\n[init]\n\tdefaultBranch = main\n",
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    root = tmp_path / "repo"
-    root.mkdir()
-    git(root, "init", "--quiet")
-    (root / "readme.txt").write_text("hello\n", encoding="utf-8")
-    git(root, "add", "--all")
-    git(root, "commit", "--quiet", "-m", "initial")
+    for name, value in private_git_env(tmp_path / "home").items():
+        monkeypatch.setenv(name, value)
+    root = scratch_repository(tmp_path / "repo")
     return root
 
 

@@ -12,7 +12,8 @@ from dsh_tool_jobs import JobRegistry
 from dsh_tool_jobs.background import BackgroundSubagentLauncher
 from dsh_tool_jobs.tools import job_tools
 from dsh_worktree import Worktree
-from worktree_doubles import EditingProvider, git_out
+from dsh_worktree.testing import git_out
+from worktree_doubles import EditingProvider
 
 pytestmark = pytest.mark.anyio
 

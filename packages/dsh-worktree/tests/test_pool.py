@@ -18,8 +18,9 @@ from dsh_subagent import (
 )
 from dsh_worktree import MAX_WARM, Worktree, WorktreeError, WorktreeProvider, open_repository
 from dsh_worktree._git import git_executable
+from dsh_worktree.testing import git_out
 from pydantic import ValidationError
-from worktree_doubles import Edit, EditingProvider, git_out
+from worktree_doubles import Edit, EditingProvider
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from dsh_contract_tests.fixtures import responses
-from worktree_doubles import git_out
+from dsh_worktree.testing import git_out
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -23,7 +23,8 @@ from dsh_worktree._git import git_executable
 from dsh_worktree.lifecycle import create, new_run_id
 from dsh_worktree.owner import Owner, current_owner, parse_reason
 from dsh_worktree.repo import resolve_base
-from worktree_doubles import EditingProvider, git_out
+from dsh_worktree.testing import git_out
+from worktree_doubles import EditingProvider
 
 pytestmark = pytest.mark.anyio
 

@@ -24,7 +24,8 @@ from dsh_subagent import (
     render_changes,
 )
 from dsh_worktree import COMMIT_AUTHOR, Worktree, WorktreeError, WorktreeProvider
-from worktree_doubles import EditingProvider, git_out
+from dsh_worktree.testing import git_out
+from worktree_doubles import EditingProvider
 
 pytestmark = pytest.mark.anyio
 

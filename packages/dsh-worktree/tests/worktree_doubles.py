@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,14 +19,6 @@ from dsh_subagent import (
 )
 
 Edit = Callable[[Path], None]
-
-
-def git_out(cwd: Path | str, *args: str) -> str:
-    """Run git in ``cwd`` for a test's setup or inspection; its stdout, stripped."""
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
-    )
-    return done.stdout.strip()
 
 
 class EditingRun:
