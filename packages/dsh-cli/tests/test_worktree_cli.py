@@ -19,41 +19,24 @@ from dsh_subagent import (
     ParentContext,
     ResolvedSubagentStartRequest,
     SubprocessRunHandle,
-    TextBlock,
 )
-from dsh_subagent.testing import Script, ScriptedProvider
+from dsh_subagent.testing import ScriptedProvider
 from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_worktree import Worktree, WorktreeProvider
+from dsh_worktree.testing import EditingProvider, private_git_env, scratch_repository
 from dsh_worktree.testing import git_out as _git
-from dsh_worktree.testing import private_git_env, scratch_repository
 from pydantic import BaseModel, ConfigDict
 
 
-class EditingConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    provider_name: str = "editing"
-    cwd: str | None = None
+class EditingEntry(EditingProvider):
+    """:class:`EditingProvider` that also records every run's cwd."""
 
-
-class EditingEntry(ScriptedProvider):
-    """Writes ``edited.txt`` (naming the task) into the run's cwd, then answers ``done``."""
-
-    Config: ClassVar[type[EditingConfig]] = EditingConfig
     cwds: ClassVar[list[str]] = []
-
-    def __init__(self, config: EditingConfig) -> None:
-        super().__init__(config.provider_name, [Script(output=(TextBlock(text="done"),))])
-        self.config = config
 
     async def start(self, request: ResolvedSubagentStartRequest) -> SubprocessRunHandle:
         assert request.parent.cwd is not None
         EditingEntry.cwds.append(request.parent.cwd)
-        _write(Path(request.parent.cwd, "edited.txt"), request.prompt[0].text)
         return await super().start(request)
-
-
-def _write(path: Path, text: str) -> None:
-    path.write_text(f"{text}\n", encoding="utf-8")
 
 
 DISCOVERY = StaticDiscovery({"editing": [EditingEntry]})

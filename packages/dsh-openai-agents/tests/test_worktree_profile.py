@@ -8,43 +8,17 @@ rows bind one provider row: ``iso`` sets ``[tools.worktree]``, ``plain`` does no
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from agents import Agent, Runner, Tool
 from dsh_cli import StaticDiscovery, load_profile, open_runtime
 from dsh_openai_agents import SubagentFunctionTools
-from dsh_subagent import ParentContext, ResolvedSubagentStartRequest, SubprocessRunHandle, TextBlock
-from dsh_subagent.testing import Script, ScriptedProvider
+from dsh_subagent import ParentContext
+from dsh_worktree.testing import EditingProvider, private_git_env, scratch_repository
 from dsh_worktree.testing import git_out as git
-from dsh_worktree.testing import private_git_env, scratch_repository
 from oai_model import NO_TRACING, lead_model
-from pydantic import BaseModel, ConfigDict
 
 pytestmark = pytest.mark.anyio
-
-
-class EditingConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    provider_name: str = "editing"
-
-
-class EditingProvider(ScriptedProvider):
-    """Writes ``edited.txt`` (the task) into the run's cwd, then answers ``done``."""
-
-    Config: ClassVar[type[EditingConfig]] = EditingConfig
-
-    def __init__(self, config: EditingConfig) -> None:
-        super().__init__(config.provider_name, [Script(output=(TextBlock(text="done"),))])
-
-    async def start(self, request: ResolvedSubagentStartRequest) -> SubprocessRunHandle:
-        assert request.parent.cwd is not None
-        _write(Path(request.parent.cwd, "edited.txt"), request.prompt[0].text)
-        return await super().start(request)
-
-
-def _write(path: Path, text: str) -> None:
-    path.write_text(f"{text}\n", encoding="utf-8")
 
 
 PROFILE = """

@@ -1,6 +1,7 @@
 """Helpers for tests of isolated delegations: a private git home and a scratch repository.
 
-For a host's own tests (and ours): :func:`private_git_env` gives the environment that
+For a host's own tests (and ours): :class:`EditingProvider` is a provider double that
+edits its run's cwd, :func:`private_git_env` gives the environment that
 keeps git's global configuration and the default worktree root inside a temporary
 directory, :func:`scratch_repository` makes a committed repository there, and
 :func:`git_out` runs git for a test's setup or inspection. Nothing here touches the real
@@ -12,8 +13,20 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
-__all__ = ["git_out", "private_git_env", "scratch_repository"]
+import anyio
+from dsh_subagent import ResolvedSubagentStartRequest, SubprocessRunHandle, TextBlock
+from dsh_subagent.testing import Script, ScriptedProvider
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "EditingConfig",
+    "EditingProvider",
+    "git_out",
+    "private_git_env",
+    "scratch_repository",
+]
 
 
 def git_out(cwd: Path | str, *args: str) -> str:
@@ -68,3 +81,32 @@ def scratch_repository(
     git_out(root, "add", "--all")
     git_out(root, "commit", "--quiet", "-m", message)
     return root
+
+
+class EditingConfig(BaseModel):
+    """:class:`EditingProvider`'s configuration (a profile row: ``type = "editing"``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    provider_name: str = "editing"
+    cwd: str | None = None
+
+
+class EditingProvider(ScriptedProvider):
+    """Writes ``edited.txt`` (the task's text) into its run's cwd, then answers ``done``.
+
+    Register it for profiles with ``StaticDiscovery({"editing": [EditingProvider]})``.
+    """
+
+    Config: ClassVar[type[EditingConfig]] = EditingConfig
+
+    def __init__(self, config: EditingConfig | None = None) -> None:
+        self.config = config if config is not None else EditingConfig()
+        super().__init__(self.config.provider_name, [Script(output=(TextBlock(text="done"),))])
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubprocessRunHandle:
+        """Edit the run's cwd, then run the scripted answer."""
+        assert request.parent.cwd is not None
+        await anyio.Path(request.parent.cwd, "edited.txt").write_text(
+            f"{request.prompt[0].text}\n", encoding="utf-8"
+        )
+        return await super().start(request)
