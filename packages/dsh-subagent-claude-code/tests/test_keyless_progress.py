@@ -48,7 +48,7 @@ from dsh_subagent import (
     UsageUpdated,
 )
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
-from dsh_subprocess.testing import ProcessWatch
+from dsh_subprocess.testing import ProcessWatch, SeenProcess
 
 pytestmark = [pytest.mark.anyio, pytest.mark.keyless]
 
@@ -95,9 +95,17 @@ async def _run(
                 events = [event async for event in run.progress]
                 result = await run.result()
             # The result waited for the tree: nothing the run started is alive now.
-            alive = [f"{seen.pid} {seen.name}" for seen in watch.alive()]
+            alive = [_described(seen) for seen in watch.alive()]
             await run.dispose()
     return events, result, alive
+
+
+def _described(seen: SeenProcess) -> str:
+    try:
+        parent = seen.process.ppid()
+    except psutil.Error:
+        return str(seen)
+    return f"{seen} (parent {parent})"
 
 
 def _assert_subsequence(expected: Sequence[ProgressEvent], events: Sequence[ProgressEvent]) -> None:
