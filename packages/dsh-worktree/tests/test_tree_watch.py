@@ -190,14 +190,42 @@ def test_git_status_in_a_worktree_whose_git_dir_is_outside(tmp_path: Path) -> No
 @linux_only
 def test_symlinked_directory_is_not_followed(tree: Path, outside: Path) -> None:
     # Deliberate: git tracks the symlink, not its target, so the target is not the tree's.
+    (outside / "sub").mkdir()
     (tree / "a" / "to-outside").symlink_to(outside, target_is_directory=True)
     watch = TreeWatch.arm(str(tree))
     assert watch is not None
     try:
         (tree / "a" / "to-outside" / "x").write_text("x\n", encoding="utf-8")
+        (tree / "a" / "to-outside" / "sub" / "y").write_text("y\n", encoding="utf-8")
         assert (outside / "x").exists()
+        assert (outside / "sub" / "y").exists()
         assert not watch.changed()
         (tree / "a" / "to-outside").unlink()  # the link itself is the tree's
+        assert watch.changed()
+    finally:
+        watch.close()
+
+
+@linux_only
+def test_directory_created_while_arming_is_watched_or_reported(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Created just before its parent's watch is added: only a walk that lists a directory
+    # after watching it (as arm does) finds the newcomer and watches it too.
+    real = _tree_watch._inotify_add_watch
+    late = tree / "a" / "b" / "late"
+
+    def create_first(fd: int, path: str, mask: int) -> int:
+        if path == str(late.parent):
+            late.mkdir()
+        return real(fd, path, mask)
+
+    monkeypatch.setattr(_tree_watch, "_inotify_add_watch", create_first)
+    watch = TreeWatch.arm(str(tree))
+    assert watch is not None
+    try:
+        assert not watch.changed()
+        (late / "x").write_text("x\n", encoding="utf-8")
         assert watch.changed()
     finally:
         watch.close()
