@@ -148,7 +148,11 @@ async def test_after_the_result_the_branch_is_checked_out_nowhere(
         assert result.changes is not None
         assert result.changes.commit is not None
         assert result.changes.worktree is None
-        assert _checked_out_branches(repo) == ["main"]
+        # The run's branch is checked out nowhere; the idle worktree waits on its own.
+        main, *idle = _checked_out_branches(repo)
+        assert main == "main"
+        assert result.changes.branch not in idle
+        assert len(idle) == 1
         git_out(repo, "branch", "--copy", result.changes.branch, "copy")  # usable at once
         await provider.wait_settled()
         repository = await open_repository(str(repo), git_executable())
@@ -335,9 +339,13 @@ async def test_a_base_that_vanished_is_refused_and_the_ready_worktree_stays(
         repository = await open_repository(str(repo), git_executable())
         assert provider.warm_count(repository) == 1
         assert provider.inner.cwds == []  # type: ignore[attr-defined]
-        assert git_out(repo, "branch", "--format=%(refname:short)").split() == ["main"]
+        # The ready worktree still waits at the old base, on a branch of its own.
         (ready,) = [path for path in _worktrees(repo) if path != str(repo)]
-        assert git_out(ready, "status", "--porcelain", "--branch").startswith("## HEAD (no branch)")
+        (waiting,) = _checked_out_branches(repo)[1:]
+        assert waiting.startswith("dsh/")
+        assert git_out(ready, "status", "--porcelain").strip() == ""
+        assert git_out(ready, "rev-parse", "HEAD") == git_out(repo, "rev-parse", "main")
+    assert git_out(repo, "branch", "--format=%(refname:short)").split() == ["main"]
     assert _worktrees(repo) == [str(repo)]
 
 

@@ -181,19 +181,24 @@ def test_lock_reasons_round_trip() -> None:
 
 async def test_a_host_killed_with_a_warm_pool_is_recovered(repo: Path, tmp_path: Path) -> None:
     # The killed host held two warm worktrees: one claimed by the run (on its branch, a
-    # file written), one idle (detached at the base).
+    # file written), one idle (on a branch of its own at the base, nothing written).
     left = await _killed_host_worktree(repo, tmp_path, warm=2)
     repository = await open_repository(str(repo), git_executable())
     owned = await list_worktrees(repository)
-    assert sorted(item.branch is None for item in owned) == [False, True]
+    assert len(owned) == 2
     assert {item.state for item in owned} == {"abandoned"}
-    claimed = next(item for item in owned if item.branch is not None)
-    assert claimed.path == str(left)
+    claimed = next(item for item in owned if item.path == str(left))
+    idle = next(item for item in owned if item.path != str(left))
+    assert claimed.branch is not None
+    assert idle.branch is not None
 
     done = await recover(repository)
 
     actions = sorted((item.action, item.branch) for item in done)
-    assert actions == [("committed", claimed.branch), ("discarded", None)]
+    assert actions == [("committed", claimed.branch), ("empty", idle.branch)]
+    assert sorted(git_out(repo, "branch", "--format=%(refname:short)").split()) == sorted(
+        ["main", claimed.branch]
+    )
     commit = next(item.commit for item in done if item.action == "committed")
     assert commit is not None
     assert git_out(repo, "show", f"{commit}:written-before-the-kill.txt") == "partial work"

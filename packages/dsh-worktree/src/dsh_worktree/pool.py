@@ -2,30 +2,38 @@
 
 Checking out a large repository is the whole cost of isolation (10 000 files: about a
 second), so a long-lived :class:`~dsh_worktree.WorktreeProvider` with ``warm=N`` keeps
-up to N worktrees per repository checked out at the base, detached, locked by this
-process like any other (see :mod:`dsh_worktree.owner`). Their life:
+up to N worktrees per repository checked out at the base, locked by this process like
+any other (see :mod:`dsh_worktree.owner`). Their life:
 
 - **growth**: a run that finds no ready worktree (and none being reset) has one checked
   out as without a pool; after collection it joins the pool while the pool holds fewer
   than N. ``prewarm`` fills the pool ahead instead (in the background: recover abandoned
-  worktrees of the repository, then ``git worktree add --detach`` until it holds N).
-- **claim** (on the run's path): ``git switch --create BRANCH`` in an idle worktree whose
-  ``HEAD`` is the requested base: the branch is created at the base and checked out
-  without touching a file. A different base falls back to a fresh checkout (and the
-  pool's old worktrees are removed).
-- **collect** (on the run's path): one ``git status`` decides; nothing changed → one ref
-  transaction detaches ``HEAD`` at the base and deletes the branch. Anything changed →
-  the same commit as without a pool, then ``HEAD`` is detached (the branch is checked
-  out nowhere once the result is handed out).
+  worktrees of the repository, then ``git worktree add`` until it holds N).
+- **claim** (on the run's path): with the default branch pattern (``{id}`` in it) an
+  idle worktree already sits on a branch of its own at the base, named for the id of the
+  delegation that will claim it, so a claim touches nothing: when the repository's
+  ``HEAD`` can be read from git's files (:mod:`dsh_worktree._refs`) and is the pool's
+  base, no git command runs at all (else one ``git rev-parse`` checks it). With a
+  pattern without ``{id}`` the idle worktree is detached and the claim runs ``git switch
+  --create BRANCH``, which creates the branch at the base without touching a file. A
+  different base falls back to a fresh checkout (and the pool's old worktrees go).
+- **collect** (on the run's path): an idle worktree's directory tree is watched
+  (:mod:`dsh_worktree._tree_watch`, Linux inotify); when nothing under it changed and the
+  run left ``HEAD`` on its branch at the base, one ref transaction detaches ``HEAD`` and
+  deletes the branch. Otherwise one ``git status`` decides as without the watch:
+  nothing changed → the same transaction; anything changed → the same commit as
+  without a pool, then ``HEAD`` is detached (the branch is checked out nowhere once the
+  result is handed out).
 - **recycle** (background): ``git reset --hard`` and ``git clean -ffdx`` back to exactly
-  the base's tree (ignored files and nested repositories go too); a worktree whose git
+  the base's tree (ignored files and nested repositories go too), then the next branch
+  is created and the watch armed again; a worktree whose git
   administrative directory holds anything a fresh one does not (a merge, rebase or
   bisect in progress, per-worktree refs or configuration) is removed instead, as is
   one whose reset fails, or any while the pool is full or closing.
 
-Crash safety is the provider's: an idle worktree is detached (recovery discards it), a
-claimed one is on its branch with its ready marker naming the delegation (recovery
-commits it).
+Crash safety is the provider's: an idle worktree holds nothing (recovery finds nothing to
+commit, removes it and deletes its branch), a claimed one is on its branch with its
+ready marker naming the delegation (recovery commits it).
 """
 
 from __future__ import annotations
@@ -33,20 +41,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Final
+from dataclasses import dataclass, field, replace
 
 import anyio
 from anyio.abc import TaskGroup
 from dsh_subagent import Changes
+from dsh_subprocess import probe_cwd
 
 from dsh_worktree._git import GitResult, git_executable
+from dsh_worktree._refs import head_commit, worktree_git_dir
+from dsh_worktree._tree_watch import TreeWatch
 from dsh_worktree.errors import WorktreeError
 from dsh_worktree.lifecycle import (
     ActiveWorktree,
-    admin_dir,
     collect,
     commit_and_count,
     create,
@@ -55,32 +63,20 @@ from dsh_worktree.lifecycle import (
     remove_locked,
     write_ready_marker,
 )
+from dsh_worktree.pooled import (
+    detach,
+    left_as_claimed,
+    reset_to_base,
+    status_unchanged,
+    switch_to_new_branch,
+)
 from dsh_worktree.recovery import recover
 from dsh_worktree.repo import Repository, git_retrying, inspect_repository, repository_lock
 from dsh_worktree.settings import Worktree
 
-__all__ = ["FRESH_ADMIN_ENTRIES", "WarmPool"]
+__all__ = ["WarmPool"]
 
 _log = logging.getLogger("dsh_worktree")
-
-FRESH_ADMIN_ENTRIES: Final = frozenset(
-    {
-        "HEAD",
-        "ORIG_HEAD",
-        "FETCH_HEAD",
-        "AUTO_MERGE",
-        "COMMIT_EDITMSG",
-        "commondir",
-        "gitdir",
-        "index",
-        "locked",
-        "logs",
-        "dsh-worktree-ready",
-    }
-)
-"""What a worktree's git administrative directory may hold for it to be reused; anything
-else (``MERGE_HEAD``, ``rebase-merge``, ``BISECT_LOG``, ``refs``, ``config.worktree``,
-``info/sparse-checkout``...) is state a fresh worktree does not have."""
 
 
 @dataclass(slots=True)
@@ -99,26 +95,13 @@ class _Pool:
     """Worktrees handed to background work (reset or removal), by path: removed at close
     if that work never ran."""
     returned: anyio.Event = field(default_factory=anyio.Event)
+    watches: dict[str, TreeWatch] = field(default_factory=dict)
+    """The watch on each idle worktree's tree, by path (armed once it was clean)."""
 
-
-def _admin_entries(path: str) -> set[str] | None:
-    admin = admin_dir(path)
-    try:
-        return set(os.listdir(admin)) if admin is not None else None
-    except OSError:
-        return None
-
-
-def _status_unchanged(stdout: str, base: str, branch: str) -> bool:
-    heads: dict[str, str] = {}
-    for entry in stdout.split("\0"):
-        if not entry:
-            continue
-        if not entry.startswith("# "):
-            return False  # a changed, deleted, unmerged or untracked path
-        key, _, value = entry[2:].partition(" ")
-        heads[key] = value
-    return heads.get("branch.oid") == base and heads.get("branch.head") == branch
+    def unwatch(self, path: str) -> None:
+        watch = self.watches.pop(path, None)
+        if watch is not None:
+            watch.close()
 
 
 class WarmPool:
@@ -131,7 +114,8 @@ class WarmPool:
     def __init__(self, settings: Worktree) -> None:
         self._settings = settings
         self._pools: dict[str, _Pool] = {}
-        self._cwd_pools: dict[str, str] = {}  # a cwd -> the pool of its repository
+        # A cwd -> its repository as seen from there, and its working tree's git directory.
+        self._cwds: dict[str, tuple[Repository, str | None]] = {}
         self._group: TaskGroup | None = None
         self._closing = False
         self._pending = 0
@@ -166,7 +150,8 @@ class WarmPool:
                 left = [*pool.idle, *pool.handed.values()]
                 pool.idle, pool.handed, pool.size = [], {}, 0
                 for slot in left:
-                    await self._remove(pool.repo, slot)
+                    pool.unwatch(slot.path)
+                    await self._remove(pool.repo, slot, branch=slot.branch or None)
             self._pending = 0  # a task cancelled before it began never counted down
             self._settled.set()
 
@@ -208,14 +193,23 @@ class WarmPool:
             stale, pool.idle = pool.idle, []
             pool.size -= len(stale)
             for slot in stale:
+                pool.unwatch(slot.path)
                 pool.handed[slot.path] = slot
                 self._soon(functools.partial(self._remove_handed, pool, slot))
         return pool
 
+    def _remember(self, cwd: str, repo: Repository) -> None:
+        self._cwds[cwd] = (repo, worktree_git_dir(repo.toplevel))
+
+    @property
+    def _branched(self) -> bool:
+        """Whether idle worktrees wait on a branch of their own (the pattern has ``{id}``)."""
+        return self._settings.branch_for("0") != self._settings.branch_for("1")
+
     def prepare(self, repo: Repository, base: str, cwd: str | None = None) -> None:
         """Fill the pool for ``repo`` at ``base`` in the background (for runs from ``cwd``)."""
         if cwd is not None:
-            self._cwd_pools[cwd] = repo.common_dir
+            self._remember(cwd, repo)
         pool = self._pool(repo, base)
         if pool.size < self._settings.warm and not pool.filling and self.active:
             pool.filling = True
@@ -232,27 +226,52 @@ class WarmPool:
         pool.size += 1
         return self.release
 
+    def _claim_by_files(self, cwd: str) -> tuple[Repository, str, ActiveWorktree] | None:
+        """A branched idle worktree, claimed without running git: the cwd's repository is
+        known, its ``HEAD`` read from git's files is the pool's base (``base="HEAD"``)."""
+        known = self._cwds.get(cwd)
+        if known is None or self._settings.base != "HEAD" or not self._branched:
+            return None
+        repo, git_dir = known
+        pool = self._pools.get(repo.common_dir)
+        if pool is None or not pool.idle or git_dir is None or probe_cwd(cwd) is not None:
+            return None
+        if head_commit(git_dir, repo.common_dir) != pool.base:
+            return None
+        slot = pool.idle.pop()
+        return repo, pool.base, self._claimed_branch(repo, pool.base, slot)
+
+    def _claimed_branch(self, repo: Repository, base: str, slot: ActiveWorktree) -> ActiveWorktree:
+        # The run takes the id and branch the worktree waited with.
+        return ActiveWorktree(repo, slot.path, slot.branch, base, slot.run_id, self._settings.keep)
+
     async def claim_at(
         self, cwd: str, branch: str, run_id: str
     ) -> tuple[Repository, str, ActiveWorktree | None]:
         """The repository ``cwd`` is in, the base commit, and a claimed worktree (``None``:
-        none is ready, the caller creates one).
+        none is ready, the caller creates one with ``branch`` and ``run_id``).
 
-        When an earlier run from ``cwd`` found this pool, the branch is created in one of
-        its idle worktrees *while* the repository and base are looked up (two git commands
-        at once instead of one after the other); a claim that turns out wrong (another
-        repository, a moved base) is undone.
+        A branched idle worktree is claimed as it is (its own id and branch; no git
+        command when ``HEAD`` reads as the base). Otherwise, when an earlier run from
+        ``cwd`` found this pool, the branch is created in one of its idle worktrees
+        *while* the repository and base are looked up (two git commands at once instead
+        of one after the other); a claim that turns out wrong (another repository, a
+        moved base) is undone.
 
         Raises:
             WorktreeError: as :func:`~dsh_worktree.repo.inspect_repository`, or the branch
                 exists or is not a valid name (the worktree goes back to the pool).
         """
+        fast = self._claim_by_files(cwd)
+        if fast is not None:
+            return fast
         executable = git_executable()
-        key = self._cwd_pools.get(cwd)
+        known = self._cwds.get(cwd)
+        key = known[0].common_dir if known is not None else None
         pool = self._pools.get(key) if key is not None else None
-        if pool is None or not pool.idle:
+        if pool is None or not pool.idle or self._branched:
             repo, base = await inspect_repository(cwd, self._settings.base, executable)
-            self._cwd_pools[cwd] = repo.common_dir
+            self._remember(cwd, repo)
             return repo, base, await self.claim(repo, base, branch, run_id)
         slot = pool.idle.pop()
         found: list[tuple[Repository, str]] = []
@@ -266,7 +285,7 @@ class WarmPool:
                 refused.append(exc)
 
         async def switch() -> None:
-            switched.append(await self._switch(pool.repo, slot, branch))
+            switched.append(await switch_to_new_branch(pool.repo, slot, branch))
 
         try:
             async with anyio.create_task_group() as group:
@@ -279,7 +298,7 @@ class WarmPool:
         right = bool(found) and found[0][0].common_dir == key and found[0][1] == slot.base
         if not right and done.ok:  # undo: the branch goes, the worktree is idle again
             undo = ActiveWorktree(pool.repo, slot.path, branch, slot.base, run_id, False)
-            if await self._detach(undo, delete_branch=True):
+            if await detach(undo, delete_branch=True):
                 pool.idle.append(slot)
             else:
                 await self._drop(pool, slot, branch=branch)
@@ -288,7 +307,7 @@ class WarmPool:
                 pool.idle.append(slot)
             raise refused[0]
         repo, base = found[0]
-        self._cwd_pools[cwd] = repo.common_dir
+        self._remember(cwd, repo)
         if not right:
             if not done.ok:
                 pool.idle.append(slot)
@@ -318,18 +337,16 @@ class WarmPool:
         if not pool.idle:
             return None
         slot = pool.idle.pop()
+        if slot.branch:
+            return self._claimed_branch(repo, base, slot)
         try:
-            switched = await self._switch(repo, slot, branch)
+            switched = await switch_to_new_branch(repo, slot, branch)
         except BaseException:
             await self._drop(pool, slot, branch=branch)
             raise
         if await self._claimed(pool, slot, switched, branch, run_id) is None:
             return None
         return ActiveWorktree(repo, slot.path, branch, base, run_id, self._settings.keep)
-
-    async def _switch(self, repo: Repository, slot: ActiveWorktree, branch: str) -> GitResult:
-        """The branch created at the worktree's ``HEAD`` and checked out: no file touched."""
-        return await git_retrying(repo, slot.path, "switch", "--quiet", "--create", branch)
 
     async def _claimed(
         self, pool: _Pool, slot: ActiveWorktree, switched: GitResult, branch: str, run_id: str
@@ -362,28 +379,18 @@ class WarmPool:
         """Collect a claimed worktree's run (as :func:`~dsh_worktree.lifecycle.collect`),
         then give the worktree back to the pool in the background."""
         pool = self._pools[active.repo.common_dir]
+        watch = pool.watches.pop(active.path, None)
+        try:
+            untouched = watch is not None and not watch.changed() and left_as_claimed(active)
+        finally:
+            if watch is not None:
+                watch.close()
         if active.keep or not self.active:
             pool.size -= 1
             return await collect(active, provider, ended)
-        repo, path = active.repo, active.path
-        status = await git_retrying(
-            repo,
-            path,
-            # Directories whose mtime did not change are not read again: git's untracked
-            # cache, kept in this worktree's own index (the user's configuration is not
-            # changed). It halves this look on a large tree.
-            "-c",
-            "core.untrackedCache=true",
-            "status",
-            "--porcelain=v2",
-            "--branch",
-            "-z",
-            "--untracked-files=normal",
-            "--ignore-submodules=none",
-            "--no-renames",
-        )
-        unchanged = status.ok and _status_unchanged(status.stdout, active.base, active.branch)
-        if unchanged and await self._detach(active, delete_branch=True):
+        if (untouched or await status_unchanged(active)) and await detach(
+            active, delete_branch=True
+        ):
             await self._give_back(pool, active)
             return Changes(branch=active.branch, commit=None, base=active.base)
         counted = await commit_and_count(active, provider, ended)
@@ -392,7 +399,7 @@ class WarmPool:
             return kept_for_recovery(active)
         tip, files, insertions, deletions = counted
         changed = tip != active.base
-        if await self._detach(active, delete_branch=not changed):
+        if await detach(active, delete_branch=not changed):
             await self._give_back(pool, active)
         else:
             await self._drop(pool, active, branch=None if changed else active.branch)
@@ -405,80 +412,80 @@ class WarmPool:
             deletions=deletions,
         )
 
-    async def _detach(self, active: ActiveWorktree, *, delete_branch: bool) -> bool:
-        """One ref transaction: ``HEAD`` detached at the base (and the branch deleted).
-
-        It names the worktree's ``HEAD`` as ``worktrees/<id>/HEAD`` from the main tree:
-        git refuses to update ``HEAD`` and its own referent in one transaction.
-        """
-        admin = admin_dir(active.path)
-        if admin is None:
-            return False
-        script = f"update worktrees/{os.path.basename(admin)}/HEAD {active.base}\n"
-        if delete_branch:
-            script += f"delete refs/heads/{active.branch} {active.base}\n"
-        done = await git_retrying(
-            active.repo,
-            active.repo.toplevel,
-            "update-ref",
-            "--no-deref",
-            "--stdin",
-            stdin=script.encode(),
-        )
-        if not done.ok:
-            _log.warning("dsh-worktree: detaching %s failed: %s", active.path, done.first_line())
-        return done.ok
-
     async def _give_back(self, pool: _Pool, active: ActiveWorktree) -> None:
         """Recycle a collected worktree in the background (remove it when closing)."""
         if not self.active:
             await self._drop(pool, active)
             return
         pool.recycling += 1
-        pool.handed[active.path] = active
+        # Handed work holds only what the pool owns: the run's branch is the run's.
+        pool.handed[active.path] = replace(active, branch="")
         self._soon(functools.partial(self._recycle, pool, active))
 
     async def _remove_handed(self, pool: _Pool, slot: ActiveWorktree) -> None:
         try:
-            await self._remove(pool.repo, slot)
+            await self._remove(pool.repo, slot, branch=slot.branch or None)
         finally:
             pool.handed.pop(slot.path, None)
 
     async def _recycle(self, pool: _Pool, active: ActiveWorktree) -> None:
-        slot = ActiveWorktree(active.repo, active.path, "", active.base, active.run_id, False)
+        detached = replace(active, branch="", keep=False)
+        slot: ActiveWorktree | None = detached
         try:
             try:
-                fresh = await self._reset(slot)
+                fresh = await reset_to_base(detached)
+                if fresh and self._branched:
+                    slot = await self._branch_anew(pool, detached)
             except BaseException:
-                await self._drop(pool, slot)
+                await self._drop(pool, pool.handed.get(active.path, detached), idle=True)
                 raise
             room = len(pool.idle) < self._settings.warm
-            if fresh and room and not self._closing and pool.base == slot.base:
-                pool.idle.append(slot)
+            if slot is None:
+                await self._drop(pool, pool.handed.get(active.path, detached), idle=True)
+            elif fresh and room and not self._closing and pool.base == slot.base:
+                pool.handed.pop(active.path, None)
+                await self._idle(pool, slot)
             else:
-                await self._drop(pool, slot)
+                await self._drop(pool, slot, idle=True)
         finally:
             pool.handed.pop(active.path, None)
             pool.recycling -= 1
             returned, pool.returned = pool.returned, anyio.Event()
             returned.set()
 
-    async def _reset(self, slot: ActiveWorktree) -> bool:
-        repo, path = slot.repo, slot.path
-        for args in (("reset", "--quiet", "--hard", slot.base), ("clean", "-ffdxq")):
-            done = await git_retrying(repo, path, *args)
-            if not done.ok:
-                _log.warning("dsh-worktree: resetting %s failed: %s", path, done.first_line())
-                return False
-        entries = _admin_entries(path)
-        if entries is None or not entries <= FRESH_ADMIN_ENTRIES:
-            _log.info(
-                "dsh-worktree: %s holds git state a fresh worktree does not (%s): removed",
-                path,
-                ", ".join(sorted((entries or set()) - FRESH_ADMIN_ENTRIES)) or "no .git",
-            )
-            return False
-        return True
+    async def _branch_anew(self, pool: _Pool, slot: ActiveWorktree) -> ActiveWorktree | None:
+        """The reset worktree on a new branch of its own at the base, for the next run
+        (its id in the ready marker), or ``None`` when git refused."""
+        run_id = new_run_id()
+        branch = self._settings.branch_for(run_id)
+        branched = replace(slot, branch=branch, run_id=run_id)
+        pool.handed[slot.path] = branched  # so a close meanwhile deletes the branch too
+        try:
+            write_ready_marker(slot.path, run_id)
+        except (WorktreeError, OSError) as exc:
+            _log.warning("dsh-worktree: preparing %s failed: %s", slot.path, exc)
+            return None
+        done = await git_retrying(slot.repo, slot.path, "switch", "--quiet", "--create", branch)
+        if not done.ok:
+            _log.warning("dsh-worktree: preparing %s failed: %s", slot.path, done.first_line())
+            return None
+        return branched
+
+    async def _idle(self, pool: _Pool, slot: ActiveWorktree) -> None:
+        """Make ``slot`` idle, then arm the watch on its tree (in a thread: a walk of every
+        directory). Without a watch (not Linux, a limit reached) its collection runs ``git
+        status``; so it has none when a run claimed it while the walk went on: the watch
+        would have missed what that run wrote before it was complete."""
+        pool.idle.append(slot)
+        with anyio.CancelScope(shield=True):  # an armed watch is never dropped unclosed
+            watch = await anyio.to_thread.run_sync(TreeWatch.arm, slot.path)
+        pool.unwatch(slot.path)
+        if watch is None:
+            return
+        if any(idle is slot for idle in pool.idle):
+            pool.watches[slot.path] = watch
+        else:
+            watch.close()
 
     async def _fill(self, pool: _Pool) -> None:
         try:
@@ -490,8 +497,10 @@ class WarmPool:
             while not self._closing and pool.size < self._settings.warm:
                 pool.size += 1
                 base = pool.base
+                run_id = new_run_id()
+                branch = settings.branch_for(run_id) if self._branched else None
                 try:
-                    slot = await create(pool.repo, settings, base, None, new_run_id())
+                    slot = await create(pool.repo, settings, base, branch, run_id)
                 except WorktreeError as exc:
                     pool.size -= 1
                     _log.warning("dsh-worktree: preparing a warm worktree failed: %s", exc)
@@ -500,16 +509,20 @@ class WarmPool:
                     pool.size -= 1
                     raise
                 if self._closing or pool.base != base:
-                    await self._drop(pool, slot)
+                    await self._drop(pool, slot, idle=True)
                 else:
-                    pool.idle.append(slot)
+                    await self._idle(pool, slot)
         finally:
             pool.filling = False
 
-    async def _drop(self, pool: _Pool, slot: ActiveWorktree, *, branch: str | None = None) -> None:
-        """Remove a worktree of the pool (and ``branch``, when still at the base)."""
+    async def _drop(
+        self, pool: _Pool, slot: ActiveWorktree, *, branch: str | None = None, idle: bool = False
+    ) -> None:
+        """Remove a worktree of the pool (and ``branch``, when still at the base; an
+        ``idle`` slot's own branch)."""
         pool.size -= 1
-        await self._remove(pool.repo, slot, branch=branch)
+        pool.unwatch(slot.path)
+        await self._remove(pool.repo, slot, branch=(slot.branch or None) if idle else branch)
 
     async def _remove(
         self, repo: Repository, slot: ActiveWorktree, *, branch: str | None = None
