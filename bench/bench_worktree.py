@@ -5,11 +5,13 @@ tree gone) from the same repository against the same loopback Responses fixture:
 (the product works in the repository's own tree); isolated cold (a fresh worktree of the
 repository's HEAD on a new branch is created, the product works there, then ``git add
 --all`` finds nothing to commit, the worktree is removed and its branch deleted: create +
-collect + remove); isolated warm (``Worktree(warm=1)``: a worktree checked out ahead is
-claimed by ref writes, collected by one ``git status`` and a ref transaction, and reset
-for reuse in the background — the bench waits for that reset to finish before the next
-sample, so it never overlaps a measured run, and reports its median separately). The
-model answers without editing, so every side leaves the repository as it was.
+collect + remove); isolated warm (``Worktree(warm=1)``: a worktree checked out ahead on a
+branch of its own is claimed without running git, found untouched by its tree watch,
+its ``HEAD`` detached and branch deleted through git's ref files, and reset for reuse in
+the background — the bench waits for that reset to finish before the next sample, so it
+never overlaps a measured run, and reports its median separately). Plain and warm run as
+adjacent pairs, then plain and cold. The model answers without editing, so every side
+leaves the repository as it was.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ def _comparison(
 
 
 async def run_p7(profile: Profile) -> list[Comparison]:
-    """Interleaved rounds: plain, cold-isolated and warm-isolated Codex delegations."""
+    """Interleaved pairs: plain and warm-isolated, then plain and cold-isolated."""
     rounds = max(2, profile.p1_pairs // 3)
     phases: dict[str, list[float]] = {
         name: []
@@ -161,13 +163,23 @@ async def run_p7(profile: Profile) -> list[Comparison]:
             )
             service.register_provider(warm)
             await warm.prewarm(str(repo))
-            plain, cold, hot = await interleave_many(
+            # Two comparisons, each of adjacent pairs: a warm sample right after a cold one
+            # ran while the kernel still wrote back (and freed) the cold side's 10 000
+            # files, which measured the cold side's residue, not the pool.
+            plain_warm, hot = await interleave_many(
+                profile.warmup,
+                rounds,
+                (
+                    lambda: _once(service, "codex-plain", repo, fixture),
+                    lambda: _once(service, "codex-warm", repo, fixture, settle=warm),
+                ),
+            )
+            plain_cold, cold = await interleave_many(
                 profile.warmup,
                 rounds,
                 (
                     lambda: _once(service, "codex-plain", repo, fixture),
                     lambda: _once(service, "codex-isolated", repo, fixture),
-                    lambda: _once(service, "codex-warm", repo, fixture, settle=warm),
                 ),
             )
 
@@ -183,14 +195,14 @@ async def run_p7(profile: Profile) -> list[Comparison]:
             "cold (a checkout per run)",
             "isolated cold (worktree create + collect + remove)",
             cold,
-            plain,
+            plain_cold,
             medians("cold: "),
         ),
         _comparison(
             "warm pool (Worktree(warm=1))",
             "isolated warm (claim + collect; recycle off the run's path)",
             hot,
-            plain,
+            plain_warm,
             [*medians("warm: "), "recycle runs in the background, not in the measured run"],
         ),
     ]

@@ -384,7 +384,7 @@ class WarmPool:
             untouched = watch is not None and not watch.changed() and left_as_claimed(active)
         finally:
             if watch is not None:
-                watch.close()
+                self._close_later(watch)
         if active.keep or not self.active:
             pool.size -= 1
             return await collect(active, provider, ended)
@@ -411,6 +411,14 @@ class WarmPool:
             insertions=insertions,
             deletions=deletions,
         )
+
+    def _close_later(self, watch: TreeWatch) -> None:
+        """Close a watch off the run's path: the kernel tears an inotify instance down in
+        a grace period that took 5-18 ms here while the machine was busy."""
+        if not self.active:  # nothing runs in the background any more
+            watch.close()
+        else:
+            self._soon(functools.partial(anyio.to_thread.run_sync, watch.close))
 
     async def _give_back(self, pool: _Pool, active: ActiveWorktree) -> None:
         """Recycle a collected worktree in the background (remove it when closing)."""
