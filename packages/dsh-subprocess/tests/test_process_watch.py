@@ -151,3 +151,26 @@ def test_a_long_command_line_is_kept_bounded() -> None:
         assert str(seen).startswith(f"{proc.pid} (")
     finally:
         proc.communicate(b"\n")
+
+
+def test_the_guard_server_is_never_listed_even_when_a_sample_caught_it_unregistered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seen in a full suite: a sample listed the server (started meanwhile) as a new
+    # process, and every later check listed it as a survivor. The server is the host's
+    # long-lived helper, so a watch leaves it out by its pid at the time of the check.
+    import dsh_subprocess.testing as testing
+    from dsh_subprocess import _guard_server
+
+    shutdown = _guard_server.shutdown_guard_server
+    shutdown()
+    watch = ProcessWatch()
+    server = _guard_server.acquire()
+    assert server is not None
+    registered = testing.guard_server_pid
+    monkeypatch.setattr(testing, "guard_server_pid", lambda: None)  # not registered yet
+    assert [seen.pid for seen in watch.alive()] == [server.pid]
+    monkeypatch.setattr(testing, "guard_server_pid", registered)
+    assert watch.alive() == []
+    assert server.alive()
+    shutdown()

@@ -217,7 +217,8 @@ class ProcessWatch:
     Construction records a baseline: the host's live descendants (less its guard
     server), fenced on create time. :meth:`alive` then lists every live process started
     since: the new descendants, and any process seen before that is no longer a
-    descendant but still runs (it escaped while this process was no subreaper). Every
+    descendant but still runs (it escaped while this process was no subreaper). The
+    guard server running at the time of the call is never listed. Every
     process listed is remembered in :attr:`seen`, latest sighting winning: a child
     caught between fork and exec still carries its parent's name.
 
@@ -237,6 +238,9 @@ class ProcessWatch:
     def alive(self) -> list[SeenProcess]:
         """Every live process started since the baseline (and remember each as seen)."""
         found = {key: proc for proc in host_descendants() if (key := _key(proc))}
+        # The guard server is never a leftover, even when a sample caught it before it
+        # was registered as the server; it is left out by its pid as it is now.
+        server = guard_server_pid()
         with self._lock:
             for key, proc in found.items():
                 if key in self._baseline:
@@ -244,7 +248,9 @@ class ProcessWatch:
                 if (seen := _sighting(proc, self._seen.get(key))) is not None:
                     self._seen[key] = seen
             return [
-                seen for key, seen in self._seen.items() if key in found or is_live(seen.process)
+                seen
+                for key, seen in self._seen.items()
+                if seen.pid != server and (key in found or is_live(seen.process))
             ]
 
     @property
