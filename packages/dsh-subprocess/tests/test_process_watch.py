@@ -167,10 +167,9 @@ def test_the_guard_server_is_never_listed_even_when_a_sample_caught_it_unregiste
     watch = ProcessWatch()
     server = _guard_server.acquire()
     assert server is not None
-    registered = testing.guard_server_pid
     monkeypatch.setattr(testing, "guard_server_pid", lambda: None)  # not registered yet
     assert [seen.pid for seen in watch.alive()] == [server.pid]
-    monkeypatch.setattr(testing, "guard_server_pid", registered)
+    monkeypatch.setattr(testing, "guard_server_pid", _guard_server.guard_server_pid)
     assert watch.alive() == []
     assert server.alive()
     shutdown()
