@@ -8,6 +8,7 @@ real products editing through their own tools are the e2e worktree tier's).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -502,3 +503,25 @@ def test_a_provider_that_takes_no_second_name_cannot_isolate_one_tool(tmp_path: 
         "tools row 1 ('iso') field 'worktree': provider type 'fixed' cannot be given a second "
         "instance name ('fixed@iso'); isolate a separate provider row instead",
     )
+
+
+def test_git_missing_from_path_is_one_line_and_nothing_starts(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "no-git-here"
+    empty.mkdir()
+    path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", str(empty))
+    code = _dsh(
+        "run", str(_profile(tmp_path)), "subagent_worker", "task", "--cwd", str(repo),
+        "--worktree",
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == [
+        "dsh: error: worktree: git is not on PATH (worktree isolation runs the git command)"
+    ]
+    assert not (repo / "edited.txt").exists()
+    monkeypatch.setenv("PATH", path)
+    assert _git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert _git(repo, "branch", "--format=%(refname:short)") == "main"
