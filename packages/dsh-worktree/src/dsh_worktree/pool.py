@@ -236,7 +236,7 @@ class WarmPool:
         pool = self._pools.get(repo.common_dir)
         if pool is None or not pool.idle or git_dir is None or probe_cwd(cwd) is not None:
             return None
-        if head_commit(git_dir, repo.common_dir) != pool.base:
+        if head_commit(git_dir, repo.common_dir) != pool.base or not pool.idle[-1].branch:
             return None
         slot = pool.idle.pop()
         return repo, pool.base, self._claimed_branch(repo, pool.base, slot)
