@@ -385,6 +385,7 @@ async def test_nothing_at_rest_after_the_host_is_sigkilled_mid_turn(
         survivors = await anyio.to_thread.run_sync(wait_gone, tree, DEADLINE)
     finally:
         await host.terminate()
+    print(f"\n{product}: host SIGKILL -> {len(survivors)} survivors of {len(tree)} processes")
     assert survivors == [], [f"{p.pid} {p.name()}" for p in alive(survivors)]
     assert setup.product_used_the_key()
     assert {"mid-turn": mid_turn, "after": setup.secrets.found_in(setup.root)} == {

@@ -195,9 +195,12 @@ async def test_cancel_mid_turn_settles_aborted_and_leaves_nothing(
                 await anyio.to_thread.run_sync(fixture.wait_for_hold)
                 during = {p.pid for p in host_descendants()}
                 assert any(pid_alive(pid) for pid in during)
+                cancelled = time.monotonic()
                 controller.cancel()
                 result = await run.result()
                 await run.dispose()
+                gone = time.monotonic() - cancelled
+    print(f"\nkeyless codex-acp cancel -> tree gone: {gone:.2f} s")  # evidence, not asserted
     assert result.stop_reason == "aborted"
     assert result.diagnostic is None
     assert not [pid for pid in during if pid_alive(pid)], "a codex-acp process survived"
