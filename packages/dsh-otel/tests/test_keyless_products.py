@@ -136,6 +136,13 @@ def _one_delegation(captured: Captured) -> tuple[ReadableSpan, dict[str, Any]]:
     return span, dict(span.attributes or {})
 
 
+def _stages(start: ReadableSpan) -> list[object]:
+    """The startup stages the ``dsh.start`` span recorded, in order."""
+    return [
+        dict(e.attributes or {}).get("dsh.stage") for e in start.events if e.name == "dsh.stage"
+    ]
+
+
 def _assert_nothing_secret(captured: Captured) -> None:
     exported = captured.exported_strings()
     assert exported, "nothing was exported"
@@ -172,6 +179,7 @@ async def test_codex_completed_with_a_tool(
         {"dsh.tool.kind": "command", "dsh.tool.name": "commandExecution"},
     ) in events
     assert set(captured.children(span)) == {"dsh.start", "dsh.teardown"}
+    assert _stages(captured.children(span)["dsh.start"]) == ["launch", "spawn", "initialize"]
     tokens = captured.metric("gen_ai.client.token.usage")
     assert tokens is not None
     assert sorted(p.sum for p in tokens.data.data_points) == [100, 2500]  # type: ignore[union-attr]
@@ -236,6 +244,7 @@ async def test_claude_code_completed_with_a_tool(
     assert "dsh.cost_usd" in attributes
     names = {dict(e.attributes or {}).get("dsh.tool.name") for e in span.events}
     assert "Bash" in names
+    assert _stages(captured.children(span)["dsh.start"]) == ["launch", "spawn", "query-start"]
     assert captured.sum_points("dsh.delegation.cost")[0].value > 0
     _assert_nothing_secret(captured)
 

@@ -28,6 +28,8 @@ from dsh_subagent import (
     SubagentErrorCode,
     SubagentService,
     TextBlock,
+    add_run_observer,
+    report_stage,
 )
 from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver
 from subagent_echo import EchoConfig, EchoProvider, SkippingEcho, assert_gone, request
@@ -409,3 +411,57 @@ async def test_a_task_over_the_products_input_limit_is_refused_before_the_spawn(
     run = await service.start("echo", request("answer twelv", str(tmp_path)))  # at the limit
     assert (await run.result()).text == "twelv"
     await run.dispose()
+
+
+class _StageLog:
+    """An observer whose observations record the stages a start reports, then how it ended."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def start_requested(self, name: str, provider: object, request: object) -> _StageLog:
+        return self
+
+    def stage_entered(self, stage: str) -> None:
+        self.events.append(stage)
+
+    def start_failed(self, error: BaseException) -> None:
+        self.events.append("start-failed")
+
+    def started(self, run: object) -> None:
+        self.events.append("started")
+
+    def settled(self, result: object, error: object) -> None:
+        self.events.append("settled")
+
+    def teardown_started(self) -> None:
+        pass
+
+    def teardown_ended(self, error: object) -> None:
+        pass
+
+
+async def test_a_start_reports_its_stages_to_observers_before_it_is_published(
+    service: SubagentService, tmp_path: Path
+) -> None:
+    log = _StageLog()
+    remove = add_run_observer(log)
+    try:
+        service.register_provider(EchoProvider(EchoConfig()))
+        run = await service.start("echo", request("answer x", str(tmp_path)))
+        await run.result()
+        await run.dispose()
+        failing = EchoProvider(EchoConfig(argv0=str(tmp_path / "no-such-program")))
+        failing_service = SubagentService()
+        async with failing_service:
+            failing_service.register_provider(failing)
+            with pytest.raises(ProductStartError):
+                await failing_service.start("echo", request("answer x", str(tmp_path)))
+    finally:
+        remove()
+    assert log.events == [
+        "launch", "spawn", "initialize", "started", "settled",
+        "launch", "spawn", "start-failed",
+    ]  # fmt: skip
+    report_stage("outside-any-start")  # nothing observes it: no effect, no error
+    assert log.events[-1] == "start-failed"

@@ -3,10 +3,12 @@
 The span ``invoke_agent <provider>`` (kind ``CLIENT``) starts in the caller's context when
 :meth:`SubagentService.start` is called, so it nests under whatever span the caller is
 in (a framework's tool-call span, an Agents SDK run). It has a child span for the start
-(``dsh.start``, up to publication) and one for the teardown (``dsh.teardown``, the first
-``dispose()`` down to whole-tree exit), and it ends when the run has both settled and been
-torn down, or when the start failed. Tool activity from the progress stream becomes span
-events carrying the tool's kind and name only.
+(``dsh.start``, up to publication, with a ``dsh.stage`` event as the start enters each
+stage the provider reports: ``launch``, ``spawn``, ``initialize``...) and one for the
+teardown (``dsh.teardown``, the first ``dispose()`` down to whole-tree exit), and it
+ends when the run has both settled and been torn down, or when the start failed. Tool
+activity from the progress stream becomes span events carrying the tool's kind and name
+only.
 
 Attributes and metric dimensions come from :mod:`dsh_otel.facts` only; task text, answer
 text, diagnostic prose, tool input, commands, paths and environment values are never
@@ -155,6 +157,12 @@ class _Observation:
         self._span.set_status(Status(StatusCode.ERROR, kind))
         self._count({**self._dimensions, "error.type": kind})
         self._span.end()
+
+    def stage_entered(self, stage: str) -> None:
+        # A provider names its own stages: only a short identifier is recorded.
+        span, token = self._start_span, safe_token(stage)
+        if span is not None and token is not None:
+            span.add_event("dsh.stage", {"dsh.stage": token})
 
     def started(self, run: ObservedRun) -> None:
         self._published = True

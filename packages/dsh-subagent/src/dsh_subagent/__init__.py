@@ -62,7 +62,13 @@ from dsh_subagent.lines import (
     MalformedLineError,
     MalformedLinePolicy,
 )
-from dsh_subagent.observe import ObservedRun, RunObservation, RunObserver, add_run_observer
+from dsh_subagent.observe import (
+    ObservedRun,
+    RunObservation,
+    RunObserver,
+    add_run_observer,
+    report_stage,
+)
 from dsh_subagent.product import ProductProvider
 from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild
 from dsh_subagent.progress import (
@@ -264,6 +270,7 @@ __all__ = [
     "publish_run",
     "render_changes",
     "render_foreground_failure",
+    "report_stage",
     "resolve_child_cwd",
     "run_tool_call",
     "settle_run_result",

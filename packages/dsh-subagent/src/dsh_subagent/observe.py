@@ -15,9 +15,11 @@ result); keeping secrets and product text out of what it records is its own duty
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -29,6 +31,7 @@ __all__ = [
     "RunObservation",
     "RunObserver",
     "add_run_observer",
+    "report_stage",
 ]
 
 _log = logging.getLogger("dsh_subagent")
@@ -60,6 +63,11 @@ class RunObservation(Protocol):
     Either :meth:`start_failed` (nothing was published), or :meth:`started` followed by
     :meth:`settled` and, independently, :meth:`teardown_started` /
     :meth:`teardown_ended` (a holder may dispose before or after the run settles).
+
+    An observation may also define ``stage_entered(stage: str) -> None``: it is then
+    called, before :meth:`started` or :meth:`start_failed`, each time the provider's
+    start enters a stage it reports with :func:`report_stage` (the product providers:
+    ``launch``, ``spawn``, then their handshake stage such as ``initialize``).
     """
 
     def start_failed(self, error: BaseException) -> None:
@@ -92,6 +100,34 @@ class RunObserver(Protocol):
 
 _observers: list[RunObserver] = []
 _lock = threading.Lock()
+_starting: ContextVar[tuple[RunObservation, ...]] = ContextVar("dsh_observed_start", default=())
+
+
+def report_stage(stage: str) -> None:
+    """Tell whoever observes the start in progress (in this task) that it entered ``stage``.
+
+    For provider authors: call it as ``start()`` moves through its stages; the names are
+    yours (short fixed words: they become telemetry, so never put request or product text
+    in them). With no observer it costs one context-variable read.
+    """
+    for observation in _starting.get():
+        entered = getattr(observation, "stage_entered", None)
+        if entered is None:
+            continue
+        try:
+            entered(stage)
+        except Exception:
+            _log.exception("dsh_subagent: a run observation raised")
+
+
+@contextlib.contextmanager
+def observing_start(observations: tuple[RunObservation, ...]) -> Iterator[None]:
+    """While a provider starts, :func:`report_stage` reaches ``observations``."""
+    token = _starting.set(observations)
+    try:
+        yield
+    finally:
+        _starting.reset(token)
 
 
 def add_run_observer(observer: RunObserver) -> Callable[[], None]:

@@ -72,6 +72,7 @@ from dsh_subagent.lines import (
     MalformedLineError,
     MalformedLinePolicy,
 )
+from dsh_subagent.observe import report_stage
 from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
@@ -310,6 +311,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         self._check_task_length(texts)
         cwd = self._resolve_cwd(request)
         resume = self._resume_session(request, cwd)
+        report_stage("launch")
         try:
             launch = self.launch(cwd) if resume is None else self.launch_continuation(cwd, resume)
             spec = SpawnSpec(
@@ -394,6 +396,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                         admission = await gate.enter_async_context(manager)
                     if request.cancel.aborted:
                         raise _Cancelled
+                    report_stage("spawn")
                     with anyio.CancelScope(shield=True):  # a spawn is quick and atomic
                         process = await self._spawn(spec, run_id)
                     child = ProductChild(
@@ -414,6 +417,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                         response_timeout=self.config.response_timeout_seconds,
                     )
                     clock.attach(child.lines)
+                    report_stage(self.open_stage)
                     await self.open(child)
                 if budget.cancelled_caught and not request.cancel.aborted:
                     stage = child.stage if child is not None else "spawn"

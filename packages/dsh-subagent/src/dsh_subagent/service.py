@@ -44,7 +44,7 @@ from dsh_subagent.events import (
     dispatch,
     render_error,
 )
-from dsh_subagent.observe import RunObservation, notify, open_observations
+from dsh_subagent.observe import RunObservation, notify, observing_start, open_observations
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.types import (
     ERROR,
@@ -369,7 +369,8 @@ class SubagentService:
         if not observations:
             return await self._start(name, request, task_group, observations)
         try:
-            run = await self._start(name, request, task_group, observations)
+            with observing_start(observations):
+                run = await self._start(name, request, task_group, observations)
         except BaseException as exc:
             error = exc  # the lambda outlives nothing, but `exc` is unbound after the block
             notify(observations, lambda o: o.start_failed(error))
