@@ -47,6 +47,35 @@ class Receiver:
                         names.update(metric.name for metric in scope.metrics)
         return names
 
+    def sum_points(self, name: str) -> list[tuple[dict[str, Any], int | float]]:
+        """Attributes and value of each point of the sum ``name``, as last exported.
+
+        The SDK exports sums cumulatively, so the latest export carrying ``name`` holds
+        the totals.
+        """
+        latest: list[tuple[dict[str, Any], int | float]] = []
+        for request in self.requests:
+            if request.path != "/v1/metrics":
+                continue
+            message = ExportMetricsServiceRequest.FromString(request.body)
+            for resource in message.resource_metrics:
+                for scope in resource.scope_metrics:
+                    for metric in scope.metrics:
+                        if metric.name == name:
+                            latest = [
+                                (
+                                    plain_values(point.attributes),
+                                    getattr(point, point.WhichOneof("value")),
+                                )
+                                for point in metric.sum.data_points
+                            ]
+        return latest
+
+
+def plain_values(attributes: Any) -> dict[str, Any]:
+    """OTLP key-values as plain Python values."""
+    return {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in attributes}
+
 
 @contextmanager
 def otlp_receiver() -> Iterator[Receiver]:

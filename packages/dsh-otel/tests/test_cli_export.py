@@ -1,5 +1,6 @@
 """The real ``dsh`` executable exports over OTLP/HTTP to a collector on loopback when the
-standard variables say so, and imports no OpenTelemetry package when they do not.
+standard variables say so (``dsh run``, ``dsh batch``, ``dsh mcp``), and imports no
+OpenTelemetry package when they do not.
 
 The product is the real Codex (keyless); its shell tool prints the exporter header
 variable, proving the collector's credentials never reach the product.
@@ -12,7 +13,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 from dsh_cli.telemetry import OTEL_MISSING
 from dsh_contract_tests.fixtures.responses import (
@@ -24,7 +27,9 @@ from dsh_contract_tests.fixtures.responses import (
     write_codex_config,
 )
 from dsh_subprocess.testing import ProcessWatch
-from otlp_receiver import otlp_receiver
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from otlp_receiver import Receiver, otlp_receiver, plain_values
 
 pytestmark = pytest.mark.keyless
 
@@ -103,6 +108,109 @@ def test_dsh_run_exports_a_secret_free_trace_and_metrics(tmp_path: Path) -> None
     for request in collector.requests:
         for secret in (TASK_SECRET, ANSWER_SECRET, HEADER_SECRET, str(tmp_path)):
             assert secret.encode() not in request.body
+
+
+def _delegation_spans(collector: Receiver, name: str) -> list[dict[str, Any]]:
+    """The attributes of every received ``name`` span, as plain values."""
+    return [plain_values(span.attributes) for span in collector.spans() if span.name == name]
+
+
+def _assert_secret_free(collector: Receiver, *secrets: str) -> None:
+    assert collector.requests, "nothing was exported"
+    for request in collector.requests:
+        for secret in secrets:
+            assert secret.encode() not in request.body
+
+
+def test_dsh_batch_exports_one_span_per_task(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    lines = [{"id": f"t{n}", "task": f"Answer ({TASK_SECRET}-{n})."} for n in (1, 2)]
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    results = tmp_path / "results.jsonl"
+    # Both tasks run at once; the answers are alike, so their order of arrival is moot.
+    script: list[Behaviour] = [PlainAnswer(f"done {ANSWER_SECRET}")] * 2
+    with otlp_receiver() as collector, ResponsesFixture(script) as fixture:
+        env = _env(
+            tmp_path,
+            OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint,
+            OTEL_EXPORTER_OTLP_HEADERS=f"authorization=Bearer {HEADER_SECRET}",
+        )
+        with ProcessWatch() as watch:
+            done = subprocess.run(
+                [str(DSH), "batch", str(_profile(tmp_path, fixture)), "codex-keyless",
+                 str(tasks), "--out", str(results), "--concurrency", "2",
+                 "--cwd", str(_workspace(tmp_path))],
+                env=env, capture_output=True, text=True, timeout=300, check=False,
+            )  # fmt: skip
+            assert watch.alive() == []
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()]
+    assert sorted((r["id"], r["stop_reason"]) for r in records) == [
+        ("t1", "completed"),
+        ("t2", "completed"),
+    ]
+    spans = _delegation_spans(collector, "invoke_agent codex-keyless")
+    assert [span["dsh.stop_reason"] for span in spans] == ["completed", "completed"]
+    assert len({span["dsh.run.id"] for span in spans}) == 2  # two runs, not one twice
+    ((dimensions, count),) = collector.sum_points("dsh.delegations")
+    assert (dimensions["dsh.stop_reason"], dimensions["dsh.provider"], count) == (
+        "completed",
+        "codex-keyless",
+        2,
+    )
+    assert {"gen_ai.client.operation.duration"} <= collector.metric_names()
+    _assert_secret_free(collector, TASK_SECRET, ANSWER_SECRET, HEADER_SECRET, str(tmp_path))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the official MCP client drives the server from asyncio
+
+
+@pytest.mark.anyio
+async def test_dsh_mcp_exports_the_delegation_of_a_tool_call(tmp_path: Path) -> None:
+    script: list[Behaviour] = [
+        FunctionCall((("exec_command", {"cmd": "printenv OTEL_EXPORTER_OTLP_HEADERS; echo"}),)),
+        PlainAnswer(f"done {ANSWER_SECRET}"),
+    ]
+    with otlp_receiver() as collector, ResponsesFixture(script) as fixture:
+        profile = _profile(tmp_path, fixture)
+        with profile.open("a", encoding="utf-8") as tools:
+            tools.write('[[tools]]\nname = "subagent_codex"\nprovider = "codex-keyless"\n[jobs]\n')
+        server = StdioServerParameters(
+            command=str(DSH),
+            args=["mcp", str(profile), "--workspace", str(_workspace(tmp_path))],
+            env=_env(
+                tmp_path,
+                OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint,
+                OTEL_EXPORTER_OTLP_HEADERS=f"authorization=Bearer {HEADER_SECRET}",
+                OTEL_SERVICE_NAME="mcp-under-test",
+            ),
+            cwd=str(tmp_path),
+        )
+        arguments = {"description": "print it", "prompt": f"Print it ({TASK_SECRET})."}
+        with ProcessWatch() as watch, (tmp_path / "server-stderr.txt").open("w") as errlog:
+            with anyio.fail_after(300):
+                async with (
+                    stdio_client(server, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    await session.initialize()
+                    result = await session.call_tool("subagent_codex", arguments)
+            # The client closed the server's stdin and waited: the server flushed and exited.
+            assert watch.alive() == []
+        product_saw = fixture.requests[1].raw_body.decode()
+    texts = [block.text for block in result.content if block.type == "text"]
+    assert result.is_error is not True, texts
+    assert any(ANSWER_SECRET in text for text in texts)
+    assert HEADER_SECRET not in product_saw  # scrubbed from the product's environment
+    (span,) = _delegation_spans(collector, "invoke_agent codex-keyless")
+    assert (span["dsh.stop_reason"], span["gen_ai.provider.name"]) == ("completed", "openai")
+    assert span["dsh.tools"] == 1
+    ((dimensions, count),) = collector.sum_points("dsh.delegations")
+    assert (dimensions["dsh.stop_reason"], count) == ("completed", 1)
+    assert b"mcp-under-test" in b"".join(r.body for r in collector.requests)
+    _assert_secret_free(collector, TASK_SECRET, ANSWER_SECRET, HEADER_SECRET, str(tmp_path))
 
 
 IMPORTS = """

@@ -9,13 +9,17 @@ in-memory SDK received.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 from dsh_contract_tests.fixtures import messages
 from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
+from dsh_contract_tests.fixtures.messages import Hold as MessagesHold
 from dsh_contract_tests.fixtures.messages import HttpError as MessagesHttpError
 from dsh_contract_tests.fixtures.messages import (
     MessagesFixture,
@@ -109,25 +113,37 @@ async def _delegate(
     *,
     budget: Budget | None = None,
     cancel_on_turn: bool = False,
+    cancel_when: Callable[[], Awaitable[object]] | None = None,
 ) -> tuple[SubagentResult, list[str]]:
-    """Delegate; return the result and the processes that outlived it."""
+    """Delegate; return the result and the processes that outlived it.
+
+    ``cancel_when``: cancel the run once this returns (it runs alongside the run).
+    """
     cancel = CancelController()
 
     def on_progress(event: ProgressEvent) -> None:
         if cancel_on_turn and isinstance(event, TurnStarted):
             cancel.cancel("test cancels at the first turn")
 
+    async def cancel_after(condition: Callable[[], Awaitable[object]]) -> None:
+        await condition()
+        cancel.cancel("test cancels")
+
     with ProcessWatch() as watch:
         with anyio.fail_after(180):
-            result = await delegate(
-                provider,
-                TASK,
-                cwd=workspace,
-                budget=budget,
-                cancel=cancel.signal,
-                on_progress=on_progress,
-                progress_commands=True,
-            )
+            async with anyio.create_task_group() as tasks:
+                if cancel_when is not None:
+                    tasks.start_soon(cancel_after, cancel_when)
+                result = await delegate(
+                    provider,
+                    TASK,
+                    cwd=workspace,
+                    budget=budget,
+                    cancel=cancel.signal,
+                    on_progress=on_progress,
+                    progress_commands=True,
+                )
+                tasks.cancel_scope.cancel()
         return result, [p.name for p in watch.alive()]
 
 
@@ -259,6 +275,130 @@ async def test_claude_code_failed(
     assert span.status.status_code is StatusCode.ERROR
     assert attributes["dsh.product"] == "claude-code"
     assert "dsh.diagnostic.stage" in attributes
+    _assert_nothing_secret(captured)
+
+
+# A Bash tool that writes its pid to {target}, then sleeps in the CLI's tree until ended.
+_SLEEPER = "echo $$ > {target}; exec sleep 300 # " + COMMAND_SECRET
+
+
+def _assert_gone(pid: int) -> None:
+    try:
+        process = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    assert process.status() == psutil.STATUS_ZOMBIE, f"tool {pid} survived the run"
+
+
+class _ToolStarted:
+    """A FIFO the sleeper tool writes its pid to: the test wakes when the tool runs."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self.pid: int | None = None
+
+    async def wait(self) -> None:
+        data = b""
+        while not data.endswith(b"\n"):
+            await anyio.wait_readable(self._fd)
+            chunk = os.read(self._fd, 64)
+            assert chunk, "the tool closed the FIFO without writing its pid"
+            data += chunk
+        self.pid = int(data)
+
+
+@contextmanager
+def _tool_started(tmp_path: Path) -> Iterator[_ToolStarted]:
+    path = tmp_path / "tool-started"
+    os.mkfifo(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opened first, so the tool's echo never blocks
+    try:
+        yield _ToolStarted(path, fd)
+    finally:
+        os.close(fd)
+
+
+def _point(captured: Captured, name: str) -> tuple[Any, dict[str, Any]]:
+    """The one data point of metric ``name`` and its attributes."""
+    metric = captured.metric(name)
+    assert metric is not None, f"no metric {name}"
+    (point,) = metric.data.data_points
+    return point, dict(point.attributes or {})
+
+
+async def test_claude_code_cancelled_mid_tool(
+    tmp_path: Path, workspace: Path, captured: Captured, no_ambient_model: None
+) -> None:
+    with _tool_started(tmp_path) as tool, MessagesFixture() as fixture:
+        fixture.enqueue(
+            ToolUse("Bash", {"command": _SLEEPER.format(target=tool.path)}),
+            MessagesHold(then=TextAnswer(f"never {ANSWER_SECRET}")),
+        )
+        provider = _claude(tmp_path, fixture)
+        result, survivors = await _delegate(provider, workspace, cancel_when=tool.wait)
+    assert (result.stop_reason, survivors) == (ABORTED, [])
+    assert tool.pid is not None  # cancelled while the tool ran in the CLI's tree
+    _assert_gone(tool.pid)
+    span, attributes = _one_delegation(captured)
+    assert attributes["dsh.product"] == "claude-code"
+    assert attributes["dsh.stop_reason"] == ABORTED
+    assert attributes["gen_ai.response.finish_reasons"] == (ABORTED,)
+    assert span.status.status_code is StatusCode.UNSET  # the caller's decision, no failure
+    assert "error.type" not in attributes
+    assert "dsh.budget.outcome" not in attributes
+    assert ("dsh.tool.started", {"dsh.tool.kind": "command", "dsh.tool.name": "Bash"}) in [
+        (e.name, dict(e.attributes or {})) for e in span.events
+    ]
+    teardown = captured.children(span)["dsh.teardown"]
+    assert teardown.status.status_code is StatusCode.UNSET
+    count, dimensions = _point(captured, "dsh.delegations")
+    assert count.value == 1
+    assert dimensions["dsh.stop_reason"] == ABORTED
+    assert dimensions["gen_ai.provider.name"] == "anthropic"
+    assert "error.type" not in dimensions
+    duration, dimensions = _point(captured, "gen_ai.client.operation.duration")
+    assert (duration.count, dimensions["dsh.stop_reason"]) == (1, ABORTED)
+    assert duration.sum > 0
+    assert captured.sum_points("dsh.delegations.live")[0].value == 0
+    _assert_nothing_secret(captured)
+
+
+async def test_claude_code_budget_expired_mid_tool(
+    tmp_path: Path, workspace: Path, captured: Captured, no_ambient_model: None
+) -> None:
+    pidfile = tmp_path / "tool.pid"
+    script: list[messages.Behaviour] = [
+        ToolUse("Bash", {"command": _SLEEPER.format(target=pidfile)}),
+        MessagesHold(then=TextAnswer(f"too late {ANSWER_SECRET}")),
+    ]
+    deadline = 5.0  # past the CLI's startup on a loaded machine, so the tool runs first
+    with MessagesFixture(script) as fixture:
+        provider = _claude(tmp_path, fixture)
+        result, survivors = await _delegate(
+            provider, workspace, budget=Budget(deadline_seconds=deadline)
+        )
+    assert (result.stop_reason, survivors) == (ERROR, [])
+    assert pidfile.exists(), "the deadline fired before the tool ran"
+    _assert_gone(int(pidfile.read_text(encoding="utf-8")))
+    span, attributes = _one_delegation(captured)
+    assert attributes["dsh.product"] == "claude-code"
+    assert attributes["dsh.stop_reason"] == ERROR
+    assert attributes["dsh.budget.outcome"] == "deadline-exceeded"
+    assert attributes["dsh.diagnostic.category"] == "deadline-exceeded"
+    assert attributes["dsh.diagnostic.stage"] == "query-run"
+    assert attributes["error.type"] == "deadline-exceeded"
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "deadline-exceeded"
+    assert set(captured.children(span)) == {"dsh.start", "dsh.teardown"}
+    count, dimensions = _point(captured, "dsh.delegations")
+    assert count.value == 1
+    assert (dimensions["dsh.stop_reason"], dimensions["error.type"]) == (ERROR, "deadline-exceeded")
+    duration, dimensions = _point(captured, "gen_ai.client.operation.duration")
+    assert (dimensions["dsh.stop_reason"], dimensions["error.type"]) == (ERROR, "deadline-exceeded")
+    assert duration.count == 1
+    assert duration.sum >= deadline  # measured from start(), before the budget's clock
+    assert captured.sum_points("dsh.delegations.live")[0].value == 0
     _assert_nothing_secret(captured)
 
 
