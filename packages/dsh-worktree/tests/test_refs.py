@@ -130,7 +130,8 @@ def test_a_lock_another_git_holds_makes_it_give_up_and_is_left_alone(
 ) -> None:
     _linked, git_dir, base = _linked_on_branch(repo, tmp_path)
     common = str(repo / ".git")
-    for held in (Path(git_dir) / "HEAD.lock", repo / ".git" / "refs/heads/dsh/abc.lock"):
+    locks = ("refs/heads/dsh/abc.lock", "packed-refs.lock")
+    for held in (Path(git_dir) / "HEAD.lock", *(repo / ".git" / lock for lock in locks)):
         held.write_text("someone else's\n", encoding="utf-8")
         assert not detach_and_delete(git_dir, common, "refs/heads/dsh/abc", base)
         assert held.read_text(encoding="utf-8") == "someone else's\n"

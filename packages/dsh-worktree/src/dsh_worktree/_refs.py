@@ -11,10 +11,11 @@ ref to a symbolic ref, a value that is not a commit id) answers ``None``, and th
 asks git instead: these readers only ever decide the fast path, never the result.
 
 :func:`detach_and_delete` writes, the way git itself does with the same files: each ref
-is changed under its ``<name>.lock`` file, created exclusively (another git process that
-holds it makes this give up, and git is asked instead), ``HEAD`` replaced by a rename of
-its lock, the branch's loose file and reflog removed. It only acts where that is the
-whole change: a loose branch at the base that ``packed-refs`` does not name.
+(and ``packed-refs``) is changed under its ``<name>.lock`` file, created exclusively
+(another git process that holds one makes this give up, and git is asked instead),
+``HEAD`` replaced by a rename of its lock, the branch's loose file and reflog removed. It
+only acts where that is the whole change: a loose branch at the base that
+``packed-refs`` does not name.
 """
 
 from __future__ import annotations
@@ -138,7 +139,13 @@ def detach_and_delete(git_dir: str, common_dir: str, ref: str, base: str) -> boo
         ref_fd = _lock(loose)
         if ref_fd is None:
             return False
+        # packed-refs is locked too, as git does for a deletion: a concurrent pack-refs
+        # must not write this branch into it between the check below and the unlink.
+        packed = os.path.join(common_dir, "packed-refs")
+        packed_fd = _lock(packed)
         try:
+            if packed_fd is None:
+                return False
             if head_target(git_dir) != ref or _read(loose) != base + "\n":
                 return False
             if _packed_names(common_dir, ref) is not False:
@@ -153,6 +160,10 @@ def detach_and_delete(git_dir: str, common_dir: str, ref: str, base: str) -> boo
                 os.unlink(os.path.join(common_dir, "logs", *ref.split("/")))
             return True
         finally:
+            if packed_fd is not None:
+                os.close(packed_fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(packed + ".lock")
             os.close(ref_fd)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(loose + ".lock")
