@@ -38,6 +38,7 @@ def test_defaults_and_no_workspace() -> None:
     assert (settings.workspace, settings.max_concurrent_delegations) == (None, 4)
     assert settings.slot_wait_seconds == 30.0
     assert settings.foreground_seconds == 45.0
+    assert settings.session_idle_seconds == 1800.0  # the MCP SDK's own default
 
 
 def test_a_relative_workspace_is_read_against_the_profile_not_the_cwd(
@@ -75,6 +76,9 @@ def test_flags_win_over_the_table(tmp_path: Path) -> None:
         ({"foreground_seconds": 0}, "[mcp] field 'foreground_seconds'"),
         ({"foreground_seconds": math.nan}, "[mcp] field 'foreground_seconds'"),
         ({"foreground_seconds": 86401}, "[mcp] field 'foreground_seconds'"),
+        ({"session_idle_seconds": 0}, "[mcp] field 'session_idle_seconds'"),
+        ({"session_idle_seconds": math.inf}, "[mcp] field 'session_idle_seconds'"),
+        ({"session_idle_seconds": 86401}, "[mcp] field 'session_idle_seconds'"),
         ({"workspace": ""}, "[mcp] field 'workspace'"),
         ({"spare": 1}, "[mcp] field 'spare': unknown field"),
     ],
@@ -93,6 +97,12 @@ def test_a_bad_flag_is_a_usage_error_naming_the_flag(tmp_path: Path) -> None:
         resolve_settings(None, "p.toml", foreground_seconds=-1)
     assert resolve_settings({"foreground_seconds": 5}, "p.toml").foreground_seconds == 5.0
     assert resolve_settings(None, "p.toml", foreground_seconds=2.5).foreground_seconds == 2.5
+    with pytest.raises(UsageError, match=r"^--session-idle-seconds: "):
+        resolve_settings(None, "p.toml", session_idle_seconds=0)
+    table: dict[str, object] = {"session_idle_seconds": 60}
+    assert resolve_settings(table, "p.toml").session_idle_seconds == 60.0
+    idle = resolve_settings(table, "p.toml", session_idle_seconds=5).session_idle_seconds
+    assert idle == 5.0
     with pytest.raises(UsageError, match=r"^--workspace '.*missing' is not an existing directory"):
         resolve_settings(None, "p.toml", workspace=str(tmp_path / "missing"))
 
@@ -103,6 +113,7 @@ def test_the_settings_model_is_the_documented_table() -> None:
         "max_concurrent_delegations",
         "slot_wait_seconds",
         "foreground_seconds",
+        "session_idle_seconds",
     }
 
 

@@ -82,6 +82,14 @@ def build_parser(prog: str = "dsh-mcp") -> argparse.ArgumentParser:
         "foreground_seconds, else 45)",
     )
     parser.add_argument(
+        "--session-idle-seconds",
+        type=float,
+        metavar="S",
+        help="with --http: a session with no request in flight and no open GET stream "
+        "this long ends as if its client had sent DELETE, its background jobs killed "
+        "(default: [mcp] session_idle_seconds, else 1800)",
+    )
+    parser.add_argument(
         "--http",
         action="store_true",
         help="serve streamable HTTP on 127.0.0.1 (bearer token: $DSH_MCP_TOKEN, else generated "
@@ -109,6 +117,7 @@ def _load(profile_path: str, args: argparse.Namespace) -> tuple[Composition, Ser
         max_concurrent_delegations=args.max_concurrent_delegations,
         slot_wait_seconds=args.slot_wait_seconds,
         foreground_seconds=args.foreground_seconds,
+        session_idle_seconds=args.session_idle_seconds,
     )
     return composition, settings
 
@@ -171,7 +180,12 @@ async def _serve(
                         print(f"dsh mcp: listening on {url}", file=err, flush=True)
 
                     await serve_http(
-                        tool_server, port=args.port, token=token, stop=stop, on_ready=ready
+                        tool_server,
+                        port=args.port,
+                        token=token,
+                        stop=stop,
+                        on_ready=ready,
+                        session_idle_seconds=settings.session_idle_seconds,
                     )
         finally:
             signals.cancel_scope.cancel()

@@ -31,6 +31,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dsh_mcp.server import ToolServer
+from dsh_mcp.settings import DEFAULT_SESSION_IDLE_SECONDS
 
 __all__ = ["LOOPBACK", "MCP_PATH", "TOKEN_ENV", "LocalGuard", "new_token", "serve_http"]
 
@@ -129,6 +130,7 @@ async def serve_http(
     token: str,
     stop: anyio.Event,
     on_ready: Callable[[str], None],
+    session_idle_seconds: float = DEFAULT_SESSION_IDLE_SECONDS,
 ) -> None:
     """Serve ``tool_server`` over streamable HTTP on ``127.0.0.1:port`` until ``stop``.
 
@@ -138,6 +140,10 @@ async def serve_http(
         token: The bearer token every request must carry.
         stop: Set to shut down: running calls are cancelled, then the server closes.
         on_ready: Told the endpoint URL once the socket listens.
+        session_idle_seconds: A session with no request in flight and no open GET
+            stream this long ends as if its client had sent DELETE. Streamable HTTP
+            has no connection per session, so this is how the server learns that a
+            client went away without its DELETE.
 
     Raises:
         OSError: the port cannot be bound.
@@ -148,6 +154,7 @@ async def serve_http(
     app = tool_server.server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         host=LOOPBACK,
+        session_idle_timeout=session_idle_seconds,
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=local_hosts,

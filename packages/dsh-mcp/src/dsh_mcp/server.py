@@ -13,9 +13,11 @@ server shutdown all cancel it, and the call's handler waits until the run has se
 Per connection (one on stdio, one per MCP session over HTTP) the server keeps a parent
 session id: background Jobs are visible to the connection that started them, and their
 completion notices reach that connection as ``notifications/message`` log entries. When
-an HTTP session ends (the client's DELETE, or its transport closing), its running calls
-are cancelled and its Jobs killed: their slots are freed once their trees are gone. (On
-stdio the connection's end is the server's, which ends everything anyway.)
+an HTTP session ends (the client's DELETE, or, for a client gone without one, the
+session's idle timeout: ``[mcp] session_idle_seconds`` with no request in flight and no
+open GET stream), its running calls are cancelled and its Jobs killed: their slots are
+freed once their trees are gone. (On stdio the connection's end is the server's, which
+ends everything anyway.)
 
 A foreground delegation still running after ``foreground_seconds`` continues as a
 background Job of its caller and the call returns that Job's id

@@ -7,6 +7,7 @@ The profile table (every key optional)::
     max_concurrent_delegations = 4     # server-wide, background jobs included
     slot_wait_seconds = 30             # how long a call beyond the bound waits for a slot
     foreground_seconds = 45            # a call still running then continues as a background job
+    session_idle_seconds = 1800        # HTTP: a session with nothing in flight this long ends
 
 A flag wins over the table. The workspace is resolved once, at start, to an absolute
 directory that must exist; a relative path is read against the profile file's directory
@@ -30,8 +31,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 __all__ = [
     "DEFAULT_FOREGROUND_SECONDS",
     "DEFAULT_MAX_CONCURRENT_DELEGATIONS",
+    "DEFAULT_SESSION_IDLE_SECONDS",
     "DEFAULT_SLOT_WAIT_SECONDS",
     "MAX_FOREGROUND_SECONDS",
+    "MAX_SESSION_IDLE_SECONDS",
     "MAX_SLOT_WAIT_SECONDS",
     "McpSettings",
     "ServerSettings",
@@ -45,6 +48,11 @@ DEFAULT_FOREGROUND_SECONDS: Final = 45.0
 """Below the 60-120 s after which MCP clients (Claude Desktop, Claude Code, Cursor) give up
 on a tool call: a longer delegation reaches the client as a background job instead."""
 MAX_FOREGROUND_SECONDS: Final = 86400.0
+DEFAULT_SESSION_IDLE_SECONDS: Final = 1800.0
+"""The MCP SDK's own default. Streamable HTTP has no connection per session: a client that
+goes away without its DELETE is seen only as a session with no request in flight and no
+open GET stream, and this long after that the session ends like a DELETE."""
+MAX_SESSION_IDLE_SECONDS: Final = 86400.0
 _MAX_DELEGATIONS: Final = 1024
 
 
@@ -59,6 +67,7 @@ Bound = Annotated[int, Field(ge=1, le=_MAX_DELEGATIONS, strict=True)]
 ForegroundSeconds = Annotated[
     float, Field(gt=0, le=MAX_FOREGROUND_SECONDS), AfterValidator(_finite)
 ]
+SessionIdle = Annotated[float, Field(gt=0, le=MAX_SESSION_IDLE_SECONDS), AfterValidator(_finite)]
 
 
 class McpSettings(BaseModel):
@@ -74,6 +83,10 @@ class McpSettings(BaseModel):
         foreground_seconds: How long a foreground delegation call waits for its run; a
             run still going then continues as a background job and the call returns its
             id (needs the profile's job tools; 0 < seconds <= 86400, default 45).
+        session_idle_seconds: Over HTTP, how long a session may have no request in
+            flight and no open GET stream before it ends as if the client had sent its
+            DELETE: its calls are cancelled and its background jobs killed (0 < seconds
+            <= 86400, default 1800).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -81,6 +94,7 @@ class McpSettings(BaseModel):
     max_concurrent_delegations: Bound = DEFAULT_MAX_CONCURRENT_DELEGATIONS
     slot_wait_seconds: SlotWait = DEFAULT_SLOT_WAIT_SECONDS
     foreground_seconds: ForegroundSeconds = DEFAULT_FOREGROUND_SECONDS
+    session_idle_seconds: SessionIdle = DEFAULT_SESSION_IDLE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -93,12 +107,14 @@ class ServerSettings:
         slot_wait_seconds: The bounded wait for a slot.
         foreground_seconds: How long a foreground delegation call waits before its run
             continues as a background job.
+        session_idle_seconds: Over HTTP, how long an idle session lives before it ends.
     """
 
     workspace: str | None
     max_concurrent_delegations: int
     slot_wait_seconds: float
     foreground_seconds: float = DEFAULT_FOREGROUND_SECONDS
+    session_idle_seconds: float = DEFAULT_SESSION_IDLE_SECONDS
 
 
 def _table(raw: dict[str, object] | None, source: str) -> McpSettings:
@@ -125,6 +141,7 @@ def resolve_settings(
     max_concurrent_delegations: int | None = None,
     slot_wait_seconds: float | None = None,
     foreground_seconds: float | None = None,
+    session_idle_seconds: float | None = None,
 ) -> ServerSettings:
     """Validate the ``[mcp]`` table, apply the flags over it and resolve the workspace.
 
@@ -137,6 +154,7 @@ def resolve_settings(
         max_concurrent_delegations: ``--max-concurrent-delegations``.
         slot_wait_seconds: ``--slot-wait-seconds``.
         foreground_seconds: ``--foreground-seconds``.
+        session_idle_seconds: ``--session-idle-seconds``.
 
     Raises:
         ProfileError: the table is invalid (each problem names its ``[mcp]`` field).
@@ -151,6 +169,8 @@ def resolve_settings(
         overrides["slot_wait_seconds"] = slot_wait_seconds
     if foreground_seconds is not None:
         overrides["foreground_seconds"] = foreground_seconds
+    if session_idle_seconds is not None:
+        overrides["session_idle_seconds"] = session_idle_seconds
     if overrides:
         try:
             settings = McpSettings.model_validate({**settings.model_dump(), **overrides})
@@ -169,4 +189,5 @@ def resolve_settings(
         max_concurrent_delegations=settings.max_concurrent_delegations,
         slot_wait_seconds=settings.slot_wait_seconds,
         foreground_seconds=settings.foreground_seconds,
+        session_idle_seconds=settings.session_idle_seconds,
     )
