@@ -209,18 +209,28 @@ def _products(server: HttpServer) -> list[psutil.Process]:
 
 
 @pytest.mark.anyio
-async def test_a_sessions_end_kills_its_jobs_and_frees_their_slots(box: Sandbox) -> None:
-    """The official client ends its session with DELETE when it leaves: the session's
-    background job is killed, its tree is gone and its slot serves another session."""
-    profile = box.profile(
-        mcp='workspace = "workspace"\nmax_concurrent_delegations = 1\nslot_wait_seconds = 60'
-    )
+@pytest.mark.parametrize("ending", ["delete", "transport-closed"])
+async def test_a_sessions_end_kills_its_jobs_and_frees_their_slots(
+    box: Sandbox, ending: str
+) -> None:
+    """A session ends when its client sends DELETE (the official client does as it
+    leaves) or, since streamable HTTP has no connection per session, when a client that
+    closed its transport without DELETE leaves it idle for ``session_idle_seconds``. Either
+    way its background job is killed, its tree is gone and its slot serves another
+    session."""
+    mcp = 'workspace = "workspace"\nmax_concurrent_delegations = 1\nslot_wait_seconds = 60'
+    if ending == "transport-closed":
+        mcp += "\nsession_idle_seconds = 1"
+    profile = box.profile(mcp=mcp)
     held, token = box.token(), box.token()
     with _http_server(box, profile) as server:
         headers = {"Authorization": f"Bearer {server.token}"}
         async with (
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120)) as http,
-            streamable_http_client(server.url, http_client=http) as (read, write),
+            # "transport-closed": no DELETE on the way out, as a client that dies.
+            streamable_http_client(
+                server.url, http_client=http, terminate_on_close=ending == "delete"
+            ) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
@@ -234,7 +244,8 @@ async def test_a_sessions_end_kills_its_jobs_and_frees_their_slots(box: Sandbox)
             await anyio.to_thread.run_sync(box.wait_ready, held)
             products = _products(server)
             assert products, "the job's product should be running"
-        # The client left (DELETE): the job is killed and its whole tree exits.
+        # The session ended (DELETE, or idle for a second): the job is killed and its
+        # whole tree exits.
         left = await anyio.to_thread.run_sync(wait_gone, products, HANG_GUARD_SECONDS)
         assert [p.pid for p in left] == []
         async with (
@@ -255,59 +266,3 @@ async def test_a_sessions_end_kills_its_jobs_and_frees_their_slots(box: Sandbox)
         }
         assert listed.content[0].type == "text"
         assert "subagent-1" not in listed.content[0].text
-
-
-@pytest.mark.anyio
-async def test_a_client_gone_without_delete_ends_its_session_at_the_idle_timeout(
-    box: Sandbox,
-) -> None:
-    """Streamable HTTP has no connection per session: a client that goes away without its
-    DELETE (its transport closed) leaves a session with nothing in flight, which ends after
-    ``session_idle_seconds`` exactly as a DELETE does: its job's tree is gone and its slot
-    serves another session."""
-    profile = box.profile(
-        mcp='workspace = "workspace"\nmax_concurrent_delegations = 1\nslot_wait_seconds = 60\n'
-        "session_idle_seconds = 1"
-    )
-    held, token = box.token(), box.token()
-    with _http_server(box, profile) as server:
-        headers = {"Authorization": f"Bearer {server.token}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120)) as http,
-            # No DELETE on the way out: the transport just closes, as a client that dies.
-            streamable_http_client(server.url, http_client=http, terminate_on_close=False) as (
-                read,
-                write,
-            ),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            started = await session.call_tool(
-                "subagent_example", {**hold(held), "run_in_background": True}
-            )
-            assert started.structured_content == {
-                "text": "started background subagent job subagent-1",
-                "job_id": "subagent-1",
-            }
-            await anyio.to_thread.run_sync(box.wait_ready, held)
-            products = _products(server)
-            assert products, "the job's product should be running"
-        # The transport is closed and nothing was sent: the session ends when it has been
-        # idle for a second, and its job's whole tree exits.
-        left = await anyio.to_thread.run_sync(wait_gone, products, HANG_GUARD_SECONDS)
-        assert [p.pid for p in left] == []
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120)) as http,
-            streamable_http_client(server.url, http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            # The only slot is free: without the old session's end this call would wait
-            # 60 s for it and fail "busy".
-            answered = await session.call_tool("subagent_example", complete(token))
-        assert answered.structured_content == {
-            "text": token,
-            "stop_reason": "completed",
-            "usage": None,
-            "changes": None,
-        }
