@@ -138,6 +138,8 @@ async def detach(active: ActiveWorktree, *, delete_branch: bool) -> bool:
 
 
 async def reset_to_base(slot: ActiveWorktree) -> bool:
+    """The worktree back to exactly the base's tree; ``False`` when it cannot be reused
+    (a reset failed, or its administrative directory holds state a fresh one does not)."""
     repo, path = slot.repo, slot.path
     for args in (("reset", "--quiet", "--hard", slot.base), ("clean", "-ffdxq")):
         done = await git_retrying(repo, path, *args)
