@@ -21,11 +21,12 @@ import binascii
 import json
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Annotated, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dsh_subagent.errors import SubagentError, SubagentErrorCode
+from dsh_subagent.errors import ContinuationUnavailableError, SubagentError, SubagentErrorCode
 
 __all__ = [
     "CONTINUATION_UNAVAILABLE_CATEGORY",
@@ -140,3 +141,39 @@ class ContinuationIds:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+
+def session_to_continue(
+    handle: ContinuationHandle | None,
+    *,
+    offers: bool,
+    provider: str,
+    product: str,
+    has_session: Callable[[str], bool],
+) -> str | None:
+    """The product session a start continues (``None``: a fresh start).
+
+    Raises:
+        ContinuationUnavailableError: the provider instance ``provider`` of ``product``
+            does not continue sessions, the handle is another instance's or product's,
+            or ``has_session`` says the session is gone; nothing has been started.
+    """
+    if handle is None:
+        return None
+    if (
+        not offers
+        or handle.provider != provider
+        or handle.product != product
+        or not has_session(handle.session)
+    ):
+        raise ContinuationUnavailableError(CONTINUATION_UNAVAILABLE_MESSAGE)
+    return handle.session
+
+
+def handle_for(session: str, *, provider: str, product: str) -> ContinuationHandle | None:
+    """The handle a finished turn's result offers for the product's ``session``;
+    ``None`` for a session id outside the handle's safe alphabet (the run is unaffected)."""
+    try:
+        return ContinuationHandle(provider=provider, product=product, session=session)
+    except ValidationError:
+        return None

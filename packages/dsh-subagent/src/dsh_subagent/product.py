@@ -42,11 +42,10 @@ import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, ClassVar, Final, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, NoReturn, TypeVar
 
 import anyio
 from dsh_subprocess import ManagedProcess, SpawnError, SpawnSpec, StderrObserver, spawn
-from pydantic import ValidationError
 
 from dsh_subagent.budget import BudgetClock, EffectiveBudget
 from dsh_subagent.config_fields import ProductConfig
@@ -55,6 +54,8 @@ from dsh_subagent.continuation import (
     CONTINUATION_UNAVAILABLE_MESSAGE,
     CONTINUATION_UNSUPPORTED_CATEGORY,
     ContinuationHandle,
+    handle_for,
+    session_to_continue,
 )
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
 from dsh_subagent.errors import (
@@ -68,12 +69,10 @@ from dsh_subagent.errors import (
 )
 from dsh_subagent.lines import (
     DEFAULT_MAX_LINE_BYTES,
-    LineTooLongError,
-    MalformedLineError,
     MalformedLinePolicy,
 )
 from dsh_subagent.observe import report_stage
-from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild
+from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild, failure_of
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
 from dsh_subagent.publication import publish_run
@@ -97,9 +96,6 @@ __all__ = ["ProductProvider"]
 ConfigT = TypeVar("ConfigT", bound=ProductConfig)
 
 _log = logging.getLogger("dsh_subagent")
-
-# Failures the wire itself reports, mapped to their safe category.
-_EXITED: Final = (anyio.EndOfStream, anyio.BrokenResourceError)
 
 
 def _slug(product: str) -> str:
@@ -310,7 +306,13 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         texts = one_shot_task_texts(self.prefix, request.prompt)
         self._check_task_length(texts)
         cwd = self._resolve_cwd(request)
-        resume = self._resume_session(request, cwd)
+        resume = session_to_continue(
+            request.resume,
+            offers=self.offers_continuation,
+            provider=self.name,
+            product=self.product_slug,
+            has_session=lambda session: self.has_session(session, cwd),
+        )
         report_stage("launch")
         try:
             launch = self.launch(cwd) if resume is None else self.launch_continuation(cwd, resume)
@@ -330,21 +332,6 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         run_id = str(uuid.uuid4())
         child = await self._start_child(request, spec, cwd, run_id, texts, clock, resume)
         return self._publish(request, child, clock)
-
-    def _resume_session(self, request: ResolvedSubagentStartRequest, cwd: str) -> str | None:
-        """The product session to continue; a handle this instance cannot honour is
-        refused with the fixed line before anything starts."""
-        handle = request.resume
-        if handle is None:
-            return None
-        if (
-            not self.offers_continuation
-            or handle.provider != self.name
-            or handle.product != self.product_slug
-            or not self.has_session(handle.session, cwd)
-        ):
-            raise ContinuationUnavailableError(CONTINUATION_UNAVAILABLE_MESSAGE)
-        return handle.session
 
     def _check_task_length(self, texts: list[str]) -> None:
         limit = self.max_task_chars
@@ -452,7 +439,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         with anyio.CancelScope(shield=True):
             line = None
             if isinstance(error, Exception) and not cancelled:
-                failure, detail = await self._failure_of(child, error, publishing=False)
+                failure, detail = await failure_of(self.product, child, error, publishing=False)
                 line = self._line(failure, detail)
             if child is not None:
                 try:
@@ -482,36 +469,6 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             raise ProductStartError(line, code=code) from error
         raise ProductStartError(line) from error
 
-    async def _failure_of(
-        self, child: ProductChild | None, error: Exception, *, publishing: bool
-    ) -> tuple[ProductFailure, str | None]:
-        """The safe facts of ``error``; the product's exit facts join when the exit is part
-        of the failure (before publication always, afterwards when the failure is the exit)."""
-        stage = child.stage if child is not None else "spawn"
-        detail = None
-        exited = True  # the runtime's own categories below are all the product ending
-        if isinstance(error, ProductFailureError):
-            failure, detail, exited = error.failure, error.detail, error.exited
-        elif isinstance(error, _EXITED):
-            # The product's stdout ended (or its stdin broke): the product exited.
-            failure = ProductFailure(
-                self.product, "process" if publishing else stage, "process-exit"
-            )
-        elif isinstance(error, LineTooLongError):
-            failure, exited = ProductFailure(self.product, stage, "line-too-long"), False
-        elif isinstance(error, MalformedLineError):
-            failure, exited = ProductFailure(self.product, stage, "malformed-output"), False
-        else:
-            failure, exited = ProductFailure(self.product, stage, "unknown"), False
-        if child is not None:
-            if detail is None:
-                detail = child.detail  # the run's own fact joins any failure, once
-            if not publishing or exited:
-                facts = await child.exit_facts_after_eof()
-                if facts is not None:
-                    failure = failure.with_exit(facts.exit_code, facts.signal)
-        return failure, detail
-
     # -- the published run --------------------------------------------------------------
 
     def _publish(
@@ -537,7 +494,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                     raise ProductFailureError(failure)
             except Exception as exc:
                 if state.failure is None:
-                    state.failure = await self._failure_of(child, exc, publishing=True)
+                    state.failure = await failure_of(self.product, child, exc, publishing=True)
                 if state.failure[0].category == RESPONSE_TIMEOUT:
                     # A product that never answered: the whole tree is gone before the
                     # result is delivered, as when a budget runs out.
@@ -595,15 +552,10 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     def _handle_of(self, child: ProductChild) -> ContinuationHandle | None:
         if not self.offers_continuation or child.session_id is None:
             return None
-        try:
-            return ContinuationHandle(
-                provider=self.name, product=self.product_slug, session=child.session_id
-            )
-        except ValidationError:
-            # A session id outside the handle's safe alphabet cannot be offered; the run
-            # itself is unaffected.
+        handle = handle_for(child.session_id, provider=self.name, product=self.product_slug)
+        if handle is None:
             _log.info("%s: the product's session id cannot be a continuation", self.prefix)
-            return None
+        return handle
 
     async def _interrupt_bounded(self, child: ProductChild) -> None:
         with anyio.move_on_after(self.config.dispose_grace):

@@ -15,11 +15,11 @@ from dsh_subprocess import ExitFacts, ManagedProcess
 from dsh_subagent.config_fields import DEFAULT_RESPONSE_TIMEOUT
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
 from dsh_subagent.errors import ProductFailureError
-from dsh_subagent.lines import LineReader, MalformedLinePolicy
+from dsh_subagent.lines import LineReader, LineTooLongError, MalformedLineError, MalformedLinePolicy
 from dsh_subagent.progress import ProgressEvent, ProgressStream
 from dsh_subagent.types import ContentBlock
 
-__all__ = ["RESPONSE_TIMEOUT", "Launch", "ProductChild"]
+__all__ = ["RESPONSE_TIMEOUT", "Launch", "ProductChild", "failure_of"]
 
 T = TypeVar("T")
 
@@ -244,3 +244,37 @@ class _NoStdout(anyio.abc.ByteReceiveStream):
 
     async def aclose(self) -> None:
         return None
+
+
+# Failures the wire itself reports, mapped to their safe category.
+_EXITED: Final = (anyio.EndOfStream, anyio.BrokenResourceError)
+
+
+async def failure_of(
+    product: str, child: ProductChild | None, error: Exception, *, publishing: bool
+) -> tuple[ProductFailure, str | None]:
+    """The safe facts of ``error`` in ``child``'s run (``None``: it failed to spawn), and
+    the run's detail; the product's exit facts join when the exit is part of the failure
+    (before publication always, afterwards when the failure is the exit)."""
+    stage = child.stage if child is not None else "spawn"
+    detail = None
+    exited = True  # the runtime's own categories below are all the product ending
+    if isinstance(error, ProductFailureError):
+        failure, detail, exited = error.failure, error.detail, error.exited
+    elif isinstance(error, _EXITED):
+        # The product's stdout ended (or its stdin broke): the product exited.
+        failure = ProductFailure(product, "process" if publishing else stage, "process-exit")
+    elif isinstance(error, LineTooLongError):
+        failure, exited = ProductFailure(product, stage, "line-too-long"), False
+    elif isinstance(error, MalformedLineError):
+        failure, exited = ProductFailure(product, stage, "malformed-output"), False
+    else:
+        failure, exited = ProductFailure(product, stage, "unknown"), False
+    if child is not None:
+        if detail is None:
+            detail = child.detail  # the run's own fact joins any failure, once
+        if not publishing or exited:
+            facts = await child.exit_facts_after_eof()
+            if facts is not None:
+                failure = failure.with_exit(facts.exit_code, facts.signal)
+    return failure, detail
