@@ -626,8 +626,16 @@ def _only_product_under_a_map_worker(proc: Dsh) -> psutil.Process:
                 continue
         return found
 
-    _wait(proc, lambda: len(products()) == 1, "only the gated row's product is left")
-    (product,) = products()
+    # One snapshot answers both: the gated product waits for its gate, so when it is the
+    # only one alive it is this one (a second listing could already hold a later row's).
+    seen: list[psutil.Process] = []
+
+    def only_one() -> bool:
+        seen[:] = products()
+        return len(seen) == 1
+
+    _wait(proc, only_one, "only the gated row's product is left")
+    (product,) = seen
     return product
 
 
