@@ -4,7 +4,7 @@
 scrubbing of the child environment (by name, and by a URL password in the value), a new
 session per child, the host-death guard, TERM→grace→KILL of the whole tree (descendants
 that called ``setsid`` included), whole-tree exit observation, exit facts and stderr
-draining.
+draining, and the kernel confinement (Landlock) of the product's whole tree.
 """
 
 import logging
@@ -14,6 +14,14 @@ from ._hostexit import kill_all_trees_now
 from ._spawn import spawn
 from ._stderr import StderrObserver
 from ._until_exit import StdoutUntilExit
+from .confinement import (
+    DEVICE_PATHS,
+    Confinement,
+    ConfinementMode,
+    EffectiveConfinement,
+    landlock_abi,
+    system_read_paths,
+)
 from .cwd import probe_cwd
 from .env import (
     check_env_overlay,
@@ -22,7 +30,13 @@ from .env import (
     is_scrubbed_value,
     scrubbed_parent_env,
 )
-from .errors import CwdProblem, DshSubprocessError, InvalidCwdError, SpawnError
+from .errors import (
+    ConfinementUnavailableError,
+    CwdProblem,
+    DshSubprocessError,
+    InvalidCwdError,
+    SpawnError,
+)
 from .facts import ExitFacts, signal_name
 from .process import ManagedProcess
 from .spec import MAX_GRACE_SECONDS, SpawnSpec, StderrMode, StdioMode
@@ -31,10 +45,15 @@ from .spec import MAX_GRACE_SECONDS, SpawnSpec, StderrMode, StdioMode
 logging.getLogger("dsh_subprocess").addHandler(logging.NullHandler())
 
 __all__ = [
+    "DEVICE_PATHS",
     "GUARD_PATH",
     "MAX_GRACE_SECONDS",
+    "Confinement",
+    "ConfinementMode",
+    "ConfinementUnavailableError",
     "CwdProblem",
     "DshSubprocessError",
+    "EffectiveConfinement",
     "ExitFacts",
     "InvalidCwdError",
     "ManagedProcess",
@@ -50,9 +69,11 @@ __all__ = [
     "is_scrubbed_name",
     "is_scrubbed_value",
     "kill_all_trees_now",
+    "landlock_abi",
     "probe_cwd",
     "scrubbed_parent_env",
     "shutdown_guard_server",
     "signal_name",
     "spawn",
+    "system_read_paths",
 ]

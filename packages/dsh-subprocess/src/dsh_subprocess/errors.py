@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 __all__ = [
+    "ConfinementUnavailableError",
     "CwdProblem",
     "DshSubprocessError",
     "InvalidCwdError",
@@ -32,6 +33,23 @@ class SpawnError(DshSubprocessError):
     def __init__(self, message: str = "failed to start the program", *, errno: int | None = None):
         super().__init__(message)
         self.errno = errno
+
+
+class ConfinementUnavailableError(SpawnError):
+    """The spawn asked for confinement the kernel cannot give; nothing was started.
+
+    Raised before anything starts when a :class:`~dsh_subprocess.Confinement` with
+    ``mode="required"`` meets a kernel without Landlock (``errno`` is ``None``), and when
+    the kernel refused the ruleset as the product was about to start (``errno`` set; the
+    product never ran, whatever the mode).
+    """
+
+    def __init__(self, *, errno: int | None = None) -> None:
+        if errno is None:
+            message = "confinement required: the kernel offers no Landlock here"
+        else:
+            message = "failed to confine the program: the kernel refused the ruleset"
+        super().__init__(message, errno=errno)
 
 
 CwdProblem = Literal["relative", "missing", "not_a_directory", "not_enterable"]

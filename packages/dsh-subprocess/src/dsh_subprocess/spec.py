@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .confinement import Confinement
 from .env import check_env_overlay
 
 __all__ = ["MAX_GRACE_SECONDS", "SpawnSpec", "StderrMode", "StdioMode"]
@@ -38,6 +39,8 @@ class SpawnSpec(BaseModel):
             tree when the host dies: the Linux guard on Linux, the portable guard on
             other POSIX systems (or when ``DSH_SUBPROCESS_GUARD=portable`` forces it;
             see ``docs/platforms.md``).
+        confinement: The kernel confinement of the product's whole tree
+            (:class:`~dsh_subprocess.Confinement`), or ``None`` (the default): unconfined.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -50,6 +53,7 @@ class SpawnSpec(BaseModel):
     stderr: StderrMode = "pipe"
     grace: float = 2.0
     host_death_guard: bool = True
+    confinement: Confinement | None = None
 
     @field_validator("argv")
     @classmethod
