@@ -79,9 +79,10 @@ def _load_landlock() -> None:
     if "_landlock" not in sys.modules:
         sys.path.insert(0, _HERE)
         try:
-            import _landlock  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+            import _landlock  # type: ignore[import-not-found,unused-ignore]
         finally:
             del sys.path[0]
+        _landlock.abi()  # loads libc once, here rather than in every product's child
 
 
 def _ignore(signum: int, frame: object) -> None:

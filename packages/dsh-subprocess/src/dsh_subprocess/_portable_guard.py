@@ -290,7 +290,9 @@ def _start_product(program: list[str], status_fd: int, policy: tuple[object, ...
     """Fork and exec the product; report ``P``; on exec failure report ``E`` and exit."""
     if policy is not None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import _landlock  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+        import _landlock  # type: ignore[import-not-found,unused-ignore]
+
+        _landlock.abi()  # loads libc before the fork
     landlock = sys.modules.get("_landlock") if policy is not None else None
     err_r, err_w = os.pipe()
     pid = os.fork()
