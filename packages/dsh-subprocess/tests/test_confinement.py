@@ -138,6 +138,7 @@ attempt("rename_between_dirs_inside", lambda: os.rename("inside.txt", "sub/moved
 attempt("read_system", lambda: read("/etc/passwd"))
 attempt("write_dev_null", lambda: open("/dev/null", "w").write("x"))
 attempt("read_tmp", lambda: os.listdir("/tmp"))
+attempt("write_dev_stderr_pipe", lambda: open("/dev/stderr", "w").write(""))
 """
 
 
@@ -170,6 +171,7 @@ async def test_confinement_is_in_effect_in_every_spawn_path(
         "read_system": "ok",
         "write_dev_null": "ok",
         "read_tmp": "EACCES",
+        "write_dev_stderr_pipe": "ok",
     }
     assert not (layout["outside"] / "new.txt").exists()
 
@@ -246,6 +248,7 @@ attempt("fd", lambda: os.readlink(f"/proc/{{HOST}}/fd/0"))
 attempt("ptrace", seize)
 attempt("cmdline", lambda: read(f"/proc/{{HOST}}/cmdline"))
 attempt("status", lambda: read(f"/proc/{{HOST}}/status"))
+attempt("stat", lambda: read(f"/proc/{{HOST}}/stat"))
 attempt("own_environ", lambda: read("/proc/self/environ"))
 """
     free = await probe(code.replace('attempt("ptrace", seize)', ""), work, None)
@@ -262,6 +265,7 @@ attempt("own_environ", lambda: read("/proc/self/environ"))
         "ptrace": "EPERM",
         "cmdline": "ok",
         "status": "ok",
+        "stat": "ok",
         "own_environ": "ok",
     }
 
