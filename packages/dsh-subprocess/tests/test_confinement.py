@@ -116,6 +116,7 @@ async def run(
     stderr: list[str] = []
     out = b""
     async with await spawn(spec, stderr_observer=stderr.append) as proc:
+        assert proc.confined == (confined is not None)
         assert proc.stdout is not None
         while True:
             try:

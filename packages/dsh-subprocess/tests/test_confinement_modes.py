@@ -42,6 +42,7 @@ async def run_cat(path: Path, cwd: Path, conf: Confinement, guarded: bool = True
     )
     out = b""
     async with await spawn(spec) as proc:
+        assert not proc.confined  # every case here runs unconfined
         assert proc.stdout is not None
         while True:
             try:
