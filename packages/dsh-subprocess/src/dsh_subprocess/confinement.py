@@ -182,7 +182,7 @@ class Confinement(BaseModel):
     def _coerce_paths(cls, value: Any) -> Any:
         if isinstance(value, (str, os.PathLike)):
             raise ValueError("expected a sequence of absolute paths, not a single path")
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, (list, tuple, set, frozenset)):
             return tuple(
                 os.fspath(item) if isinstance(item, os.PathLike) else item for item in value
             )
