@@ -322,7 +322,7 @@ def _trampoline(argv: list[str]) -> None:  # never returns
         os.environ["LC_CTYPE"] = argv[2][1:]
     try:
         apply(decode(argv[3]))
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # whatever it was, the program must not run
         _report(err_fd, f"L {getattr(exc, 'errno', 0) or 0}\n")
         os._exit(127)
     program = argv[4:]

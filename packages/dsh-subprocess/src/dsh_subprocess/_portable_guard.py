@@ -310,8 +310,8 @@ def _start_product(program: list[str], status_fd: int, policy: tuple[object, ...
                     if landlock is None:
                         raise OSError(0, "the confinement module is not loaded")  # fail closed
                     landlock.apply(policy)
-                except OSError as exc:
-                    _write(err_w, "L" + str(exc.errno or 0))
+                except Exception as exc:  # the product must not run unconfined
+                    _write(err_w, "L" + str(getattr(exc, "errno", 0) or 0))
                     os._exit(_EXEC_FAILED)
             os.execvp(program[0], program)
         except OSError as exc:
