@@ -69,15 +69,19 @@ def system_read_paths() -> tuple[str, ...]:
     """The operating system's directories a program needs to run: read and execute beneath.
 
     ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc``, ``/run/systemd/resolve`` (where
-    ``/etc/resolv.conf`` points on systemd hosts), ``/proc``, ``/sys`` and ``/nix/store``;
-    those missing on this system are skipped when the policy is applied. Not included on
+    ``/etc/resolv.conf`` points on systemd hosts), ``/proc``, ``/sys`` and ``/nix/store``,
+    plus the file ``/etc/resolv.conf`` resolves to when it lies elsewhere (the kernel
+    checks the target of a symlink, and name resolution reads it); those missing on this
+    system are skipped when the policy is applied. Not included on
     purpose: the home directory, ``/tmp``, ``/var``, ``/opt``, ``/srv``, ``/mnt`` and
     ``/media``. Files under ``/etc`` stay as readable as the user's permissions make
     them. ``/proc`` is readable, but another process's ``environ``, memory, root and
     working directory are refused to an ordinary user by the kernel's ptrace scoping
     (``docs/security.md`` has the details, root included).
     """
-    return _SYSTEM_READ_PATHS
+    resolv = os.path.realpath("/etc/resolv.conf")
+    covered = any(resolv.startswith(path + "/") for path in _SYSTEM_READ_PATHS)
+    return _SYSTEM_READ_PATHS if covered else (*_SYSTEM_READ_PATHS, resolv)
 
 
 def landlock_abi() -> int:
