@@ -450,3 +450,22 @@ attempt("create_sibling", lambda: open({str(outside / "new")!r}, "w").close())
     result = await probe(code, work, confined)
     assert result == {"append_allowed": "ok", "read_sibling": "EACCES", "create_sibling": "EACCES"}
     assert allowed.read_text() == "x"
+
+
+async def test_pseudo_terminals_only_when_asked(layout: dict[str, Path]) -> None:
+    """Opening a new pty (``/dev/ptmx``, then its ``/dev/pts`` side, with terminal
+    ioctls) is refused by default and works with ``pseudo_terminals=True``."""
+    work = layout["work"]
+    code = """
+import termios
+def open_pty():
+    leader, follower = os.openpty()
+    termios.tcgetattr(follower)
+    os.close(leader)
+    os.close(follower)
+attempt("openpty", open_pty)
+"""
+    assert await probe(code, work, policy(work)) == {"openpty": "EACCES"}
+    with_ptys = policy(work, pseudo_terminals=True)
+    assert "/dev/pts" in with_ptys.effective().devices
+    assert await probe(code, work, with_ptys) == {"openpty": "ok"}

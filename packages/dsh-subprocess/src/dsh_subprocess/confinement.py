@@ -20,6 +20,7 @@ from .errors import ConfinementUnavailableError
 
 __all__ = [
     "DEVICE_PATHS",
+    "PTY_PATHS",
     "Confinement",
     "ConfinementMode",
     "EffectiveConfinement",
@@ -53,16 +54,18 @@ DEVICE_PATHS: tuple[tuple[str, Literal["rw", "read"]], ...] = (
     ("/dev/zero", "rw"),
     ("/dev/full", "rw"),
     ("/dev/tty", "rw"),
-    ("/dev/ptmx", "rw"),
-    ("/dev/pts", "rw"),
     ("/dev/random", "read"),
     ("/dev/urandom", "read"),
 )
 """The device files every confined tree gets whatever its policy says (programs expect
 them): read, write, truncate and terminal ioctls on ``/dev/null``, ``/dev/zero``,
-``/dev/full``, ``/dev/tty``, ``/dev/ptmx`` and beneath ``/dev/pts``; read on
-``/dev/random`` and ``/dev/urandom``. Nothing else under ``/dev`` (no disks, no
-``/dev/shm``)."""
+``/dev/full`` and ``/dev/tty`` (the caller's controlling terminal: a product started in
+a session of its own has none); read on ``/dev/random`` and ``/dev/urandom``. Nothing
+else under ``/dev``: no disks, no ``/dev/shm``, and no pseudo-terminals unless the
+policy asks for them (``pseudo_terminals``)."""
+
+PTY_PATHS = ("/dev/ptmx", "/dev/pts")
+"""What ``Confinement(pseudo_terminals=True)`` adds, with terminal ioctls."""
 
 
 def system_read_paths() -> tuple[str, ...]:
@@ -116,7 +119,8 @@ class EffectiveConfinement(BaseModel):
             grants it); empty when nothing is enforced.
         read: The read+execute paths (system paths included when the policy lists them).
         write: The read+write+execute paths.
-        devices: The device files every confined tree gets (:data:`DEVICE_PATHS`).
+        devices: The device files the tree gets (:data:`DEVICE_PATHS`, and
+            :data:`PTY_PATHS` with ``pseudo_terminals``).
         missing: Policy paths that do not exist now (skipped when applied).
         tcp: Whether TCP bind and connect are filtered by port (ABI 4 and the policy).
         connect_ports: The TCP ports the tree may connect to, when ``tcp``.
@@ -170,6 +174,10 @@ class Confinement(BaseModel):
             every other bind is refused.
         restrict_tcp: ``False`` leaves TCP unfiltered (the ports above are then
             ignored).
+        pseudo_terminals: Let the tree open pseudo-terminals (``/dev/ptmx`` and
+            ``/dev/pts``, with terminal ioctls), for a product that runs commands in a
+            pty. Off by default: a rule cannot tell the tree's own ptys from the user's
+            other terminals under ``/dev/pts``, which it could then read and write.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -180,6 +188,7 @@ class Confinement(BaseModel):
     connect_ports: tuple[int, ...] = ()
     bind_ports: tuple[int, ...] = ()
     restrict_tcp: bool = True
+    pseudo_terminals: bool = False
 
     @field_validator("read", "write", mode="before")
     @classmethod
@@ -233,7 +242,8 @@ class Confinement(BaseModel):
             fs_rights=_fs_names(_landlock.handled_fs(version)) if enforced else (),
             read=self.read,
             write=self.write,
-            devices=tuple(path for path, _kind in DEVICE_PATHS),
+            devices=tuple(path for path, _kind in DEVICE_PATHS)
+            + (PTY_PATHS if self.pseudo_terminals else ()),
             missing=tuple(p for p in (*self.read, *self.write) if not os.path.exists(p)),
             tcp=tcp,
             connect_ports=self.connect_ports if tcp else (),
@@ -250,13 +260,10 @@ def kernel_policy(confinement: Confinement, abi: int) -> _landlock.Policy:
     rules: list[tuple[bytes, int]] = [(os.fsencode(p), _landlock.READ) for p in confinement.read]
     rules += [(os.fsencode(p), _landlock.WRITE) for p in confinement.write]
     for path, kind in DEVICE_PATHS:
-        if kind == "read":
-            access = _landlock.DEVICE_READ
-        elif path == "/dev/pts":
-            access = _landlock.DEVICE_DIR_RW
-        else:
-            access = _landlock.DEVICE_RW
+        access = _landlock.DEVICE_READ if kind == "read" else _landlock.DEVICE_RW
         rules.append((os.fsencode(path), access))
+    if confinement.pseudo_terminals:
+        rules += [(os.fsencode(path), _landlock.DEVICE_DIR_RW) for path in PTY_PATHS]
     ports = [(port, _landlock.NET_CONNECT_TCP) for port in confinement.connect_ports]
     ports += [(port, _landlock.NET_BIND_TCP) for port in confinement.bind_ports]
     return (fs, net, _landlock.scoped(abi), rules, ports if net else [])
