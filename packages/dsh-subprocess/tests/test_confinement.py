@@ -21,6 +21,7 @@ import pytest
 from dsh_subprocess import (
     Confinement,
     ConfinementUnavailableError,
+    ExitFacts,
     SpawnError,
     SpawnSpec,
     confinement,
@@ -469,3 +470,29 @@ attempt("openpty", open_pty)
     with_ptys = policy(work, pseudo_terminals=True)
     assert "/dev/pts" in with_ptys.effective().devices
     assert await probe(code, work, with_ptys) == {"openpty": "ok"}
+
+
+async def test_a_bare_program_name_is_found_on_path(
+    guard_mode: str, layout: dict[str, Path]
+) -> None:
+    """Nothing the exec needs is loaded after the ruleset applies: a bare name is looked
+    up on the child's PATH (by ``os.execvp``, which imports on first use) in every
+    spawn path, past PATH entries the policy does not allow."""
+    work = layout["work"]
+    spec = SpawnSpec(
+        argv=("cat", "inside.txt"),
+        cwd=str(work),
+        stdin="devnull",
+        # Not the Python install the guards run from: nothing of it is readable.
+        confinement=Confinement(mode="required", read=system_read_paths(), write=(str(work),)),
+        host_death_guard=guard_mode != "direct",
+        env={"PATH": f"{layout['outside']}:/usr/bin:/bin"},
+    )
+    (work / "inside.txt").write_text("found\n")
+    async with await spawn(spec) as proc:
+        assert proc.stdout is not None
+        out = b""
+        async for chunk in proc.stdout:
+            out += chunk
+        assert await proc.wait() == ExitFacts(exit_code=0, signal=None)
+    assert out == b"found\n"

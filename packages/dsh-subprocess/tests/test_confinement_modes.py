@@ -230,3 +230,30 @@ def test_landlock_abi_is_zero_off_linux_and_an_int_here() -> None:
     assert abi >= 0
     if sys.platform != "linux":
         assert abi == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(confinement.landlock_abi() < 4, reason="needs Landlock ABI 4")
+async def test_an_older_abi_is_named_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On an ABI 4 kernel (simulated here: the policy is built for ABI 4) signals and
+    abstract sockets are not scoped: one warning says so, and the spawn goes ahead."""
+    monkeypatch.setattr(confinement, "landlock_abi", lambda: 4)
+    monkeypatch.setattr(confinement, "_warned_partial", False)
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"inside the policy\n")
+    conf = Confinement(mode="required", read=(*system_read_paths(), str(tmp_path)))
+    with caplog.at_level(logging.WARNING, logger="dsh_subprocess"):
+        for _ in range(2):
+            spec = SpawnSpec(argv=("cat", str(secret)), cwd=str(tmp_path), confinement=conf)
+            async with await spawn(spec) as proc:
+                assert proc.confined
+                assert proc.stdout is not None
+                assert await proc.stdout.receive() == secret.read_bytes()
+                await proc.wait()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "dsh_subprocess.confinement"]
+    assert warnings == [
+        "confinement: Landlock ABI 4 here does not enforce: "
+        "pathname_unix_socket, abstract_unix_socket, signal"
+    ]

@@ -32,6 +32,10 @@ import marshal
 import os
 import sys
 
+# os.execvp imports warnings on first use (os.get_exec_path): by then the ruleset may
+# forbid reading the standard library, so it is imported here, before any restriction.
+import warnings  # noqa: F401
+
 # Access rights (include/uapi/linux/landlock.h).
 FS_EXECUTE = 1 << 0
 FS_WRITE_FILE = 1 << 1

@@ -270,20 +270,31 @@ def kernel_policy(confinement: Confinement, abi: int) -> _landlock.Policy:
 
 
 _warned_unavailable = False
+_warned_partial = False
 
 
 def resolve(confinement: Confinement | None) -> _landlock.Policy | None:
     """The kernel policy a spawn must apply, or ``None`` to run unconfined.
 
+    Where the kernel's ABI is older than 6, what it cannot enforce (TCP ports before 4,
+    signal and abstract socket scoping before 6) is logged once per process, in every
+    mode: ``required`` asks for Landlock, not for a given ABI.
+
     Raises:
         ConfinementUnavailableError: ``mode="required"`` and the kernel offers no
             Landlock; nothing was started.
     """
-    global _warned_unavailable
+    global _warned_unavailable, _warned_partial
     if confinement is None or confinement.mode == "off":
         return None
     abi = landlock_abi()
     if abi > 0:
+        if abi < 6 and not _warned_partial:
+            _warned_partial = True
+            missing = [n for n in confinement.effective(abi).not_enforced if n != "udp"]
+            _log.warning(
+                "confinement: Landlock ABI %d here does not enforce: %s", abi, ", ".join(missing)
+            )
         return kernel_policy(confinement, abi)
     if confinement.mode == "required":
         raise ConfinementUnavailableError()
