@@ -496,3 +496,29 @@ async def test_a_bare_program_name_is_found_on_path(
             out += chunk
         assert await proc.wait() == ExitFacts(exit_code=0, signal=None)
     assert out == b"found\n"
+
+
+async def test_a_mount_namespace_does_not_escape(layout: dict[str, Path]) -> None:
+    """A confined process may enter new user and mount namespaces, where it holds every
+    capability, but Landlock refuses it any mount: the outside directory cannot be bound
+    into the cwd. The unconfined control does exactly that."""
+    work = layout["work"]
+    (work / "mnt").mkdir()
+    code = f"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def call(result):
+    if result != 0:
+        raise OSError(ctypes.get_errno(), "failed")
+CLONE_NEWUSER, CLONE_NEWNS, MS_BIND = 0x10000000, 0x00020000, 4096
+SOURCE, TARGET = {str(layout["outside"]).encode()!r}, {str(work / "mnt").encode()!r}
+attempt("unshare", lambda: call(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS)))
+attempt("bind_mount", lambda: call(libc.mount(SOURCE, TARGET, None, MS_BIND, None)))
+attempt("read_through_mount", lambda: read(TARGET + b"/secret.txt"))
+"""
+    free = await probe(code, work, None)  # its mount lives and dies in its own namespace
+    if free["unshare"] != "ok":
+        pytest.skip(f"unprivileged user namespaces are not available here ({free['unshare']})")
+    assert free == {"unshare": "ok", "bind_mount": "ok", "read_through_mount": "ok"}
+    result = await probe(code, work, policy(work))
+    assert result == {"unshare": "ok", "bind_mount": "EPERM", "read_through_mount": "ENOENT"}
