@@ -19,6 +19,7 @@ from ._stderr import StderrObserver
 from .cwd import probe_cwd
 from .env import child_env
 from .errors import DshSubprocessError, InvalidCwdError
+from .hostprotect import warn_if_exposed
 from .process import ManagedProcess
 from .spec import SpawnSpec
 
@@ -77,6 +78,9 @@ async def spawn(
     if problem is not None:
         raise InvalidCwdError(problem)
     env = child_env(spec.env)
+    # No confinement keeps a product from this host's /proc entries yet: every spawn
+    # counts as unconfined until the spawn's effective confinement is passed here.
+    warn_if_exposed(confined=False)
     if mode == "linux" and _guard_server.enabled:
         try:
             return await spawn_served(spec, env, stderr_observer)
