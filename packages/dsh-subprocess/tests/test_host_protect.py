@@ -76,14 +76,16 @@ def secret() -> str:
 def host(secret: str, request: pytest.FixtureRequest) -> Iterator[tuple[int, str]]:
     """A capability-less host (opted in when the test's param says so) and its first line."""
     opt_in = "1" if request.param else "0"
-    proc = subprocess.Popen(
+    # The host under test is started as a user starts one, not as a product.
+    proc = subprocess.Popen(  # noqa: TID251
         unprivileged([sys.executable, "-c", HOST, opt_in]),
         env={**os.environ, SECRET_NAME: secret},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout is not None
+    assert proc.stdin is not None
     try:
         yield proc.pid, proc.stdout.readline().strip()
     finally:
@@ -269,4 +271,3 @@ def test_protection_is_not_applied_behind_the_hosts_back() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "False"
-

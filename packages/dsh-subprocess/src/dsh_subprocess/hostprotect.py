@@ -24,6 +24,8 @@ __all__ = ["host_process_protected", "protect_host_process"]
 
 _logger = logging.getLogger("dsh_subprocess")
 
+_LINUX = sys.platform == "linux"  # a variable, so type checkers keep both branches
+
 _PR_GET_DUMPABLE = 3
 _PR_SET_DUMPABLE = 4
 
@@ -57,7 +59,7 @@ def protect_host_process() -> bool:
         ``True`` when the process is now not dumpable; ``False`` on a platform where dsh
         cannot do this (every one but Linux: see ``docs/security.md``).
     """
-    if sys.platform != "linux":
+    if not _LINUX:
         return False
     _prctl(_PR_SET_DUMPABLE, 0)
     return host_process_protected()
@@ -65,7 +67,7 @@ def protect_host_process() -> bool:
 
 def host_process_protected() -> bool:
     """Tell whether this process is not dumpable (Linux), by whatever means it became so."""
-    if sys.platform != "linux":
+    if not _LINUX:
         return False
     return _prctl(_PR_GET_DUMPABLE) == 0
 
@@ -77,15 +79,14 @@ def warn_if_exposed(*, confined: bool) -> None:
     the host's ``/proc`` entries by other means (the spawn's confinement in effect).
     """
     global _warned
-    if _warned or confined:
+    if confined:
         return
     with _warn_lock:
-        if _warned:
+        # Checked at each spawn until the warning is given: the host may opt in later.
+        if _warned or host_process_protected():
             return
-        if host_process_protected():
-            return  # checked at each spawn: the host may opt in after starting
         _warned = True
-    if sys.platform == "linux":
+    if _LINUX:
         _logger.warning(
             "products spawned by this process run as the same user and can read its "
             "environment and memory (/proc/%d/environ, /proc/%d/mem, ptrace); call "
