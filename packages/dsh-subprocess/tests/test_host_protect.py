@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from unprivileged import unprivileged
@@ -271,3 +273,15 @@ def test_protection_is_not_applied_behind_the_hosts_back() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "False"
+
+
+def test_the_documented_opt_in_protects_the_host() -> None:
+    """The snippet docs/security.md tells a library host to paste, run as written."""
+    page = Path(__file__).resolve().parents[3] / "docs" / "security.md"
+    section = page.read_text(encoding="utf-8").split("## The host's environment", 1)[1]
+    (snippet,) = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+    check = "\nprint(dsh_subprocess.host_process_protected())\n"
+    done = subprocess.run(
+        [sys.executable, "-c", snippet + check], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "True"
