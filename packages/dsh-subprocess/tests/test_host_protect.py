@@ -275,10 +275,17 @@ def test_protection_is_not_applied_behind_the_hosts_back() -> None:
     assert done.stdout.strip() == "False"
 
 
-def test_the_documented_opt_in_protects_the_host() -> None:
-    """The snippet docs/security.md tells a library host to paste, run as written."""
-    page = Path(__file__).resolve().parents[3] / "docs" / "security.md"
-    section = page.read_text(encoding="utf-8").split("## The host's environment", 1)[1]
+@pytest.mark.parametrize(
+    ("page", "heading"),
+    [
+        ("security.md", "## The host's environment"),
+        ("harness.md", "## Your host's own environment"),
+    ],
+)
+def test_the_documented_opt_in_protects_the_host(page: str, heading: str) -> None:
+    """The snippet the docs tell a library host to paste, run as written."""
+    path = Path(__file__).resolve().parents[3] / "docs" / page
+    section = path.read_text(encoding="utf-8").split(heading, 1)[1]
     (snippet,) = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)
     check = "\nprint(dsh_subprocess.host_process_protected())\n"
     done = subprocess.run(
