@@ -165,6 +165,7 @@ IN_A_FAKE_ACTOR = r"""
 import ctypes, sys, types
 actor_id = sys.argv[3] or None
 ray = types.ModuleType("ray")
+ray.is_initialized = lambda: True
 ray.get_runtime_context = lambda: types.SimpleNamespace(get_actor_id=lambda: actor_id)
 sys.modules["ray"] = ray
 from dsh_cli.ray_data import Delegate
@@ -196,3 +197,18 @@ def test_a_delegate_makes_only_its_ray_actor_not_dumpable(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == dumpable
+
+
+def test_a_delegate_built_where_ray_is_imported_but_not_connected_starts_no_ray() -> None:
+    """Asking Ray whether this is an actor would start a local Ray instance here."""
+    pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+    code = (
+        "import ray, psutil\n"
+        "from dsh_cli.protect import protect_ray_actor_process\n"
+        "print(protect_ray_actor_process(), ray.is_initialized(),"
+        " len(psutil.Process().children(recursive=True)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["False", "False", "0"]

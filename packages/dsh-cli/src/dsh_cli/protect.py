@@ -46,7 +46,9 @@ def protect_ray_actor_process() -> bool:
     if ray is None:
         return False
     try:
-        in_actor = ray.get_runtime_context().get_actor_id() is not None
+        # Deliberate order: get_runtime_context() starts a local Ray instance in a process
+        # that imported Ray without connecting; an actor's worker is always connected.
+        in_actor = ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
     except Exception:  # a Ray without a runtime context here: not an actor of dsh's
         return False
     return in_actor and protect_command_process()
