@@ -9,6 +9,11 @@ side must run without any: as root, each command is started through util-linux
 root would regain on ``execve`` come from the bounding set, so none come back); a
 process that already has no effective capability runs the command as it is. A root
 machine without ``setpriv`` fails the test with that reason: never a silent pass.
+
+uid 0 without capabilities is an ordinary user's view of ``/proc`` for everything these
+tests read: the entries the kernel guards with its ptrace check (``environ``, ``mem``,
+``maps``, ptrace attach) are refused for a not-dumpable process of the same uid either
+way, and the world-readable ones (``cmdline``, ``stat``) stay readable.
 """
 
 from __future__ import annotations
