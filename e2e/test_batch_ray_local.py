@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 from dsh_subprocess.testing import become_subreaper, reap_adopted_zombies
+from unprivileged import unprivileged
 
 pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
 
@@ -194,3 +196,72 @@ def test_after_dsh_is_sigkilled_mid_batch_every_process_of_its_cluster_is_gone(
     assert alive == [], [p.name() for p in alive]
     print(f"every cluster process gone {gone_after:.2f} s after the SIGKILL")
     assert gone_after < GONE_WITHIN_SECONDS
+
+
+# Every readable environ and cmdline, searched for a planted value, as a product would.
+SCAN = (
+    "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f; done "
+    "2>/dev/null | grep -o 'dsh-planted-[0-9a-f]\\{32\\}' | sort -u; "
+    "n=0; for f in /proc/[0-9]*/environ; do cat $f >/dev/null 2>&1 && n=$((n+1)); done; "
+    "echo readable=$n"
+)
+
+
+def test_no_process_of_the_batch_a_same_user_product_can_read_holds_the_hosts_secret(
+    run: Run,
+) -> None:
+    """dsh (the driver) and its actors are not dumpable; Ray's own processes never get it.
+
+    Everything runs without capabilities (``unprivileged``): root's CAP_SYS_PTRACE would
+    read a not-dumpable process anyway. The scan runs while the product is mid-task.
+    """
+    secret = f"dsh-planted-{uuid.uuid4().hex}"
+    tasks = run.tasks({"id": "held", "task": "dsh-contract/1 hold T-0dd5ec7e"})
+    short_tmp = tempfile.mkdtemp(prefix="rl", dir="/tmp")
+    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
+        unprivileged(run.argv(tasks)),
+        # A short TMPDIR: Ray's socket paths under it must fit in 107 bytes.
+        env={**run.env, "OPENAI_API_KEY": secret, "TMPDIR": short_tmp},
+        cwd=run.root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        while not (run.root / "ready" / "T-0dd5ec7e").exists():  # the product is mid-task
+            if proc.poll() is not None:
+                pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
+            time.sleep(0.1)
+        scan = subprocess.run(
+            unprivileged(["sh", "-c", SCAN]), capture_output=True, text=True, check=True
+        )
+        cluster = run.marked()
+        holders = []  # this test runs as root: it reads every environ
+        for member in cluster:
+            try:
+                if secret in member.environ().values():
+                    holders.append(member.pid)
+            except psutil.Error:
+                continue
+        # The pool's actors (Ray titles them after the class); Ray's idle workers hold
+        # nothing of dsh's and stay as Ray makes them.
+        actors = [p.pid for p in cluster if "BatchActor" in " ".join(p.cmdline())]
+        actor_environ = [
+            subprocess.run(unprivileged(["cat", f"/proc/{pid}/environ"]), capture_output=True)
+            for pid in actors
+        ]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        psutil.wait_procs(run.marked(), timeout=60)
+        shutil.rmtree(short_tmp, ignore_errors=True)
+    assert secret not in scan.stdout
+    assert int(scan.stdout.rsplit("readable=", 1)[1]) > 0  # the scan did read environs
+    assert holders == [proc.pid]  # only dsh itself, which is not dumpable
+    assert actors, [p.name() for p in cluster]
+    assert all(b"Permission denied" in done.stderr for done in actor_environ), [
+        (pid, done.stderr) for pid, done in zip(actors, actor_environ, strict=True)
+    ]

@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 from dsh_cli.logs import cli_logging
-from dsh_cli.ray_cluster import import_ray, one_line, ray_output_as_logging
+from dsh_cli.ray_cluster import (
+    cluster_environment,
+    import_ray,
+    one_line,
+    ray_output_as_logging,
+)
 
 pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
 
@@ -77,3 +82,23 @@ def test_rays_records_and_prints_reach_stderr_only_with_v(verbose: bool) -> None
         ]
     else:
         assert stream.getvalue() == ""
+
+
+def test_the_local_cluster_holds_no_credential_the_profile_does_not_pass() -> None:
+    """Ray's processes are dumpable: a product could read what their environment holds."""
+    environ = {
+        "PATH": "/usr/bin",
+        "OPENAI_API_KEY": "sk-ambient",
+        "ANTHROPIC_API_KEY": "sk-passed",
+        "DATABASE_URL": "postgres://u:pw@db/x",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer t",
+        "DSH_KEEP_DUMPABLE": "1",  # dsh's own setting reaches its actors
+        "DSH_API_TOKEN": "t",  # credential-shaped under the prefix: withheld
+        "PROCESS_MARKER": "m",
+    }
+    assert cluster_environment({"ANTHROPIC_API_KEY"}, environ) == {
+        "PATH": "/usr/bin",
+        "ANTHROPIC_API_KEY": "sk-passed",
+        "DSH_KEEP_DUMPABLE": "1",
+        "PROCESS_MARKER": "m",
+    }

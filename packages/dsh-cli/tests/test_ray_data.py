@@ -7,6 +7,7 @@ host-death guard), so the test proves rows settle with their product trees gone.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,60 @@ def test_with_worktree_isolation_each_row_carries_its_change_summary(
     assert reads["commit"] is None  # nothing changed: no commit, the branch deleted
     assert not (repo / "edited.txt").exists()  # the main tree is never touched
     assert _git(repo, "worktree", "list").count("\n") == 0  # only the main tree
+
+
+# Builds a Delegate in a fresh process where a stand-in ``ray`` module says whether this
+# is an actor (Ray's ``get_runtime_context().get_actor_id()``), then says whether the
+# process became not dumpable. A stand-in, not Ray: the real actor path is proven by
+# ``e2e/test_batch_ray_local.py`` through the same helper.
+IN_A_FAKE_ACTOR = r"""
+import ctypes, sys, types
+actor_id = sys.argv[3] or None
+ray = types.ModuleType("ray")
+ray.is_initialized = lambda: True
+ray.get_runtime_context = lambda: types.SimpleNamespace(get_actor_id=lambda: actor_id)
+sys.modules["ray"] = ray
+from dsh_cli.ray_data import Delegate
+with Delegate(sys.argv[1], "subagent_example", cwd=sys.argv[2]):
+    print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux: not dumpable")
+@pytest.mark.parametrize(
+    ("actor_id", "keep", "dumpable"),
+    [("a1", None, "0"), ("", None, "1"), ("a1", "1", "1")],
+    ids=["in-an-actor", "outside-ray", "kept-dumpable"],
+)
+def test_a_delegate_makes_only_its_ray_actor_not_dumpable(
+    profile: Path, tmp_path: Path, actor_id: str, keep: str | None, dumpable: str
+) -> None:
+    """In Ray Data's actor the process keeps its memory to itself; a host building a
+    Delegate itself is left as it is (changing its core dumps is its own choice)."""
+    env = {k: v for k, v in os.environ.items() if k != "DSH_KEEP_DUMPABLE"}
+    if keep is not None:
+        env["DSH_KEEP_DUMPABLE"] = keep
+    done = subprocess.run(
+        [sys.executable, "-c", IN_A_FAKE_ACTOR, str(profile), str(tmp_path), actor_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == dumpable
+
+
+def test_a_delegate_built_where_ray_is_imported_but_not_connected_starts_no_ray() -> None:
+    """Asking Ray whether this is an actor would start a local Ray instance here."""
+    pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+    code = (
+        "import ray, psutil\n"
+        "from dsh_cli.protect import protect_ray_actor_process\n"
+        "print(protect_ray_actor_process(), ray.is_initialized(),"
+        " len(psutil.Process().children(recursive=True)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["False", "False", "0"]

@@ -2,7 +2,8 @@
 
 This module imports nothing heavy itself: the command (and with it anyio, pydantic and
 every provider library) is imported inside the ``try``, so an interrupt during the
-second or so of imports is handled like one during a run. While a run is live, the
+second or so of imports is handled like one during a run. Before those imports the
+process makes itself not dumpable (:mod:`dsh_cli.protect`). While a run is live, the
 command's own signal handling cancels it and waits for the product's whole process tree.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import signal
 import sys
+
+from dsh_cli.protect import protect_command_process
 
 EXIT_INTERRUPTED = 130
 
@@ -22,6 +25,7 @@ def _interrupted(exc: BaseException) -> bool:
 
 def main() -> int:
     """Run ``dsh`` with ``sys.argv``; an interrupt outside a live run exits 130 quietly."""
+    protect_command_process()  # first: the environment is readable until this returns
     try:
         from dsh_cli.cli import main as run_command
 

@@ -12,7 +12,8 @@ The actor is threaded (two calls at a time): :meth:`BatchActor.cancel` reaches i
 :meth:`BatchActor.run` is in progress and cancels that run, which settles like any
 cancelled delegation. An actor killed mid-task (node lost, OOM killer, ``kill -9``,
 ``ray.kill``) leaves no product process: the products run under the host-death guard of
-the actor's process, which kills their whole trees when the process dies.
+the actor's process, which kills their whole trees when the process dies. The actor's
+process is not dumpable (:mod:`dsh_cli.protect`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dsh_cli.batch_io import BatchRecord, BatchTask
 from dsh_cli.errors import ProfileError
 from dsh_cli.isolation import isolate
 from dsh_cli.loader import Composition
+from dsh_cli.protect import protect_ray_actor_process
 from dsh_cli.runtime import open_runtime
 
 __all__ = ["BUNDLE_PROFILE", "CANCEL_REASON", "BatchActor"]
@@ -119,6 +121,7 @@ class BatchActor:
         budget_json: str | None,
         worktree_json: str | None = None,
     ) -> None:
+        protect_ray_actor_process()  # before the profile's secrets are read
         self._bundle = os.getcwd()
         self._provider = provider
         self._base = base_cwd or self._bundle

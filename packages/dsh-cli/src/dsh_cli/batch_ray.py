@@ -49,6 +49,7 @@ from dsh_cli.batch_actor import BUNDLE_PROFILE, BatchActor
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile
 from dsh_cli.batch_progress import BatchDisplay
 from dsh_cli.errors import UsageError
+from dsh_cli.profile import read_profile
 from dsh_cli.ray_cluster import RayUnavailableError, connect_ray, import_ray, one_line
 
 __all__ = ["BUNDLE_PROFILE", "check_ray", "import_ray", "run_on_ray"]
@@ -116,7 +117,8 @@ def run_on_ray(
     with tempfile.TemporaryDirectory(prefix="dsh-batch-") as stage:
         _stage_bundle(Path(stage), profile, files)
         try:
-            with connect_ray(address, {"working_dir": stage}) as ray:
+            passed = {name for row in read_profile(profile).providers for name in row.pass_env}
+            with connect_ray(address, {"working_dir": stage}, passed) as ray:
                 pool = _Pool(ray, plan, base_cwd, retries, worktree)
                 return pool.drive(results, err)
         except RayUnavailableError as exc:

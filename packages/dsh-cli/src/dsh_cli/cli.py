@@ -313,4 +313,7 @@ def _cmd_tools(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscove
 
 
 if __name__ == "__main__":
+    from dsh_cli.protect import protect_command_process
+
+    protect_command_process()
     sys.exit(main())

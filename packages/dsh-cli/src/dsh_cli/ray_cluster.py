@@ -19,7 +19,12 @@
   machine finds it) and a random token for Ray's token authentication that lives only
   in the environment of dsh and of the cluster (nothing is written to ``~/.ray``). When
   the batch ends the whole tree is terminated; should ``dsh`` itself be killed, the
-  guard kills every process of the cluster at once.
+  guard kills every process of the cluster at once. The cluster's processes (``raylet``,
+  ``gcs_server``, Ray's workers) run as the user and are dumpable, so they get dsh's
+  environment without what the product scrub withholds (credential-shaped names,
+  URL passwords) except the names the profile's ``pass_env`` lists: a product cannot
+  read what the cluster never held (``docs/security.md``, "The host's environment").
+  dsh's own ``DSH_*`` settings reach the cluster unless credential-shaped.
 """
 
 from __future__ import annotations
@@ -35,17 +40,18 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final
 
 from anyio.from_thread import start_blocking_portal
-from dsh_subprocess import SpawnSpec, spawn
+from dsh_subprocess import SpawnSpec, is_scrubbed_name, is_scrubbed_value, spawn
 
 from dsh_cli.errors import UsageError
 
 __all__ = [
     "RAY_LOGGER",
     "RayUnavailableError",
+    "cluster_environment",
     "connect_ray",
     "import_ray",
     "local_cluster",
@@ -171,9 +177,33 @@ def _temp_root() -> str | None:
     return None if len(root) <= _TEMP_ROOT_MAX else "/tmp"
 
 
+_OWN_PREFIX: Final = "DSH_"
+
+
+def cluster_environment(
+    passed: Collection[str], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of the local cluster: ``environ`` less what a product never gets.
+
+    A name the scrub withholds for being credential-shaped, or a value with a URL
+    password, stays out unless ``passed`` (the profile's ``pass_env``) names it; dsh's
+    own ``DSH_*`` settings are judged without their prefix, so they reach its actors.
+    """
+    source = os.environ if environ is None else environ
+    env: dict[str, str] = {}
+    for name, value in source.items():
+        bare = name[len(_OWN_PREFIX) :] if name.upper().startswith(_OWN_PREFIX) else name
+        if name in passed or not (is_scrubbed_name(bare) or is_scrubbed_value(value)):
+            env[name] = value
+    return env
+
+
 @contextlib.contextmanager
-def local_cluster() -> Iterator[str]:
+def local_cluster(passed: Collection[str] = ()) -> Iterator[str]:
     """A private one-node Ray cluster on loopback for one batch; yields its address.
+
+    ``passed``: the names the profile's ``pass_env`` lists, the only credential-shaped
+    ones the cluster's environment keeps (see :func:`cluster_environment`).
 
     Ray runs under the host-death guard (see the module doc). On exit the driver must
     have disconnected (``ray.shutdown()``); the whole tree is then terminated.
@@ -204,10 +234,10 @@ def local_cluster() -> Iterator[str]:
         "--disable-usage-stats",
         f"--temp-dir={temp}",
     )
-    # The workers see the environment dsh has (a profile's pass_env reads it), as they
-    # would in a cluster ray.init starts; the products they start get a scrubbed one.
+    # The workers see dsh's environment, less what only dsh may read: a profile's
+    # pass_env reads the names it lists there; the products they start get a scrubbed one.
     env: dict[str, str | None] = {
-        **os.environ,
+        **cluster_environment(passed),
         **shared,
         "RAY_USAGE_STATS_ENABLED": "0",
         # How long the raylet waits for its agents to register (slow on a loaded machine;
@@ -278,8 +308,12 @@ def _existing_cluster() -> str | None:
 
 
 @contextlib.contextmanager
-def connect_ray(address: str | None, runtime_env: dict[str, Any]) -> Iterator[Any]:
+def connect_ray(
+    address: str | None, runtime_env: dict[str, Any], passed: Collection[str] = ()
+) -> Iterator[Any]:
     """``ray`` connected to ``address`` (``None``: Ray's default, or a cluster dsh starts).
+
+    ``passed``: the profile's ``pass_env`` names, kept in a started cluster's environment.
 
     Raises:
         UsageError: Ray is not installed.
@@ -290,7 +324,7 @@ def connect_ray(address: str | None, runtime_env: dict[str, Any]) -> Iterator[An
         stack.enter_context(ray_output_as_logging())
         target = address
         if target is None and _existing_cluster() is None:
-            target = stack.enter_context(local_cluster())
+            target = stack.enter_context(local_cluster(passed))
         try:
             ray.init(
                 address=target,

@@ -20,7 +20,8 @@ exception, so one bad task never fails the pipeline.
 This module imports nothing of Ray: Ray Data constructs and calls the class. An actor
 that dies mid-batch (node lost, OOM killer) leaves no product process: the products run
 under the host-death guard of the actor's process; whether the batch runs again (from
-scratch, on a restarted actor) is Ray Data's actor-restart and task-retry policy.
+scratch, on a restarted actor) is Ray Data's actor-restart and task-retry policy. In a
+Ray actor the process makes itself not dumpable (:mod:`dsh_cli.protect`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dsh_subagent import ERROR, Budget, CancelController
 from dsh_cli.batch import FirstStartAlone, load_batch_profile, run_task, task_cwd
 from dsh_cli.batch_io import BatchRecord, BatchTask
 from dsh_cli.options import resolve_target
+from dsh_cli.protect import protect_ray_actor_process
 from dsh_cli.runtime import open_runtime
 
 __all__ = ["OUTPUT_COLUMNS", "Delegate"]
@@ -117,6 +119,7 @@ class Delegate:
         budget: Budget | Mapping[str, Any] | None = None,
         concurrency: int = 1,
     ) -> None:
+        protect_ray_actor_process()  # in Ray Data's actor only, before the profile is read
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         files = os.path.abspath(files) if files is not None else None

@@ -28,6 +28,7 @@ from dsh_cli.errors import DshCliError, UsageError
 from dsh_cli.loader import Composition, compose
 from dsh_cli.logs import cli_logging
 from dsh_cli.profile import read_profile
+from dsh_cli.protect import protect_command_process
 
 from dsh_mcp.server import ToolServer, open_tool_server
 from dsh_mcp.settings import ServerSettings, resolve_settings
@@ -251,7 +252,11 @@ def _interrupted(exc: BaseException) -> bool:
 
 
 def console_main() -> int:
-    """The ``dsh-mcp`` console script: Ctrl-C before serving starts exits 130 quietly."""
+    """The ``dsh-mcp`` console script: Ctrl-C before serving starts exits 130 quietly.
+
+    The process is not dumpable unless ``DSH_KEEP_DUMPABLE=1`` (:mod:`dsh_cli.protect`).
+    """
+    protect_command_process()
     try:
         return main()
     except BaseException as exc:
@@ -263,4 +268,5 @@ def console_main() -> int:
 
 
 if __name__ == "__main__":
+    protect_command_process()
     sys.exit(main())

@@ -5,6 +5,8 @@ scrubbing of the child environment (by name, and by a URL password in the value)
 session per child, the host-death guard, TERM→grace→KILL of the whole tree (descendants
 that called ``setsid`` included), whole-tree exit observation, exit facts and stderr
 draining, and the kernel confinement (Landlock) of the product's whole tree.
+:func:`protect_host_process` is the host's opt-in that keeps its own environment and
+memory from the products (Linux).
 """
 
 import logging
@@ -39,6 +41,7 @@ from .errors import (
     SpawnError,
 )
 from .facts import ExitFacts, signal_name
+from .hostprotect import host_process_protected, protect_host_process
 from .process import ManagedProcess
 from .spec import MAX_GRACE_SECONDS, SpawnSpec, StderrMode, StdioMode
 
@@ -68,11 +71,13 @@ __all__ = [
     "check_env_overlay",
     "child_env",
     "guard_server_pid",
+    "host_process_protected",
     "is_scrubbed_name",
     "is_scrubbed_value",
     "kill_all_trees_now",
     "landlock_abi",
     "probe_cwd",
+    "protect_host_process",
     "scrubbed_parent_env",
     "shutdown_guard_server",
     "signal_name",

@@ -34,6 +34,7 @@ A guard
   before ``exec``, so the product and all it starts are confined while the guard, which
   must walk ``/proc`` and signal the tree, is not; if the kernel refuses, the product is
   not started and ``L <errno>`` is reported;
+* is not dumpable (same-user products cannot read its environ or memory);
 * keeps its own fds 0/1/2 on /dev/null so it never delays the product's stdout EOF;
 * reports on the status pipe ``G <pid>`` (its own pid; server mode only), then
   ``P <pid>`` (started), ``E <errno>`` (exec failed) or ``L <errno>`` (confinement
@@ -62,6 +63,7 @@ import select
 import sys
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _EXEC_FAILED = 127
 _MAX_REQUEST_BYTES = 1 << 18  # the host sends at most 200 000 bytes
@@ -368,6 +370,15 @@ def _watch(product: int, status_fd: int, watched: tuple[int, ...], wake_r: int) 
                 os._exit(_EXEC_FAILED)
 
 
+def _not_dumpable(libc: ctypes.CDLL) -> None:
+    """Refuse same-user products this process's environ, mem and ptrace (docs/security.md).
+
+    A server holds every request's argv and environment in memory. Fork children inherit
+    the setting until they exec; a product's ``execve`` makes it dumpable again.
+    """
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 def _become_guard(libc: ctypes.CDLL) -> None:
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -389,6 +400,7 @@ def main(argv: list[str]) -> None:
     os.set_inheritable(lifeline_fd, False)
     policy = None if argv[4] == "-" else marshal.loads(bytes.fromhex(argv[4]))
     libc = ctypes.CDLL(None, use_errno=True)
+    _not_dumpable(libc)
     wake_r = _wakeup_pipe()
     _become_guard(libc)
     product = _start_product(_Product(argv[5:], policy=policy), status_fd, libc)
@@ -454,6 +466,7 @@ def serve(argv: list[str]) -> None:
     sock = _socket.socket(fileno=sock_fd)
     sock.setblocking(True)
     libc = ctypes.CDLL(None, use_errno=True)
+    _not_dumpable(libc)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _load_landlock()  # once here, inherited by every guard child it forks
     wake_r = _wakeup_pipe()

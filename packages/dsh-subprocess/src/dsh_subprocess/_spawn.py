@@ -22,6 +22,7 @@ from ._stderr import StderrObserver
 from .cwd import probe_cwd
 from .env import child_env
 from .errors import DshSubprocessError, InvalidCwdError
+from .hostprotect import warn_if_exposed
 from .process import ManagedProcess
 from .spec import SpawnSpec
 
@@ -83,6 +84,9 @@ async def spawn(
         raise InvalidCwdError(problem)
     policy = confinement.resolve(spec.confinement)
     env = child_env(spec.env)
+    # A confined product cannot read this host's /proc entries; an unconfined one can
+    # unless the host protected itself (warned once).
+    warn_if_exposed(confined=policy is not None)
     proc: ManagedProcess | None = None
     if mode == "linux" and _guard_server.enabled:
         # ServerUnavailable: nothing was started; fall back to a guard of its own.
