@@ -65,7 +65,7 @@ def test_dsh_run_shows_missing_result_without_exit_code_0(tmp_path: Path) -> Non
         (tmp_path / name.lower()).mkdir()
         env[name] = str(tmp_path / name.lower())
     env["PYTHONPATH"] = str(site)
-    done = subprocess.run(  # noqa: TID251 - the dsh executable, not a product
+    done = subprocess.run(
         [str(DSH), "run", str(profile), "subagent_claude", "Do it.", "--cwd", str(workspace)],
         env=env,
         cwd=tmp_path,
