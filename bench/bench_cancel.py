@@ -35,6 +35,7 @@ __all__ = ["CancelRow", "run_p3"]
 
 TARGET_SECONDS = 0.25
 _ACP_INSTALLER = Path(__file__).resolve().parents[1] / "scripts" / "install-acp-agent"
+_ACP_AGENTS_DIR = _ACP_INSTALLER.parents[1] / ".cache" / "acp-agents"
 _ACP_MODEL = "gpt-5.4-mini"  # a slug codex-acp knows (products.md pitfall A1)
 
 
@@ -101,7 +102,7 @@ def acp_agent() -> tuple[str | None, str]:
         done = subprocess.run(
             [str(_ACP_INSTALLER)],
             # The checkout's ignored cache, as the tests use: never the user's data dir.
-            env={**os.environ, "DSH_ACP_AGENTS_DIR": str(_ACP_INSTALLER.parents[1] / ".cache/acp-agents")},
+            env={**os.environ, "DSH_ACP_AGENTS_DIR": str(_ACP_AGENTS_DIR)},
             capture_output=True,
             text=True,
             timeout=600,

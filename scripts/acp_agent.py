@@ -3,7 +3,8 @@
 The installer puts one agent's npm package (its pinned version: codex-acp by default,
 or any agent it names, e.g. ``gemini-cli``) into the checkout's ignored
 ``.cache/acp-agents/`` (:data:`AGENTS_DIR`, passed as ``DSH_ACP_AGENTS_DIR``: tests never
-install into the per-user data directory a user's installs go to) and prints the entry's path (a native binary, or the JavaScript file ``node`` runs); a
+install into the per-user data directory a user's installs go to) and prints the entry's
+path (a native binary, or the JavaScript file ``node`` runs); a
 second call is a fast path. Tests take :func:`codex_acp_or_skip` or
 :func:`agent_or_skip`: a visible skip when the npm registry cannot be reached, a failure
 for anything else.

@@ -40,8 +40,7 @@ def _install_standin_provider(site: Path) -> None:
         "Metadata-Version: 2.1\nName: standin-claude-code\nVersion: 0\n", encoding="utf-8"
     )
     (dist / "entry_points.txt").write_text(
-        "[dsh.subagent.providers]\n"
-        "claude-code-standin = standin_claude_code:StandinClaudeCode\n",
+        "[dsh.subagent.providers]\nclaude-code-standin = standin_claude_code:StandinClaudeCode\n",
         encoding="utf-8",
     )
 
