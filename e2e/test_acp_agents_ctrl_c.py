@@ -44,8 +44,8 @@ TASK = "Run the tool, then answer."
 DEADLINE = 120.0  # a failure bound for a loaded 2-core runner, never a timing
 RUNS = 3
 CODEX_MODEL = "gpt-5.4-mini"  # a slug codex-acp knows (an unknown one adds a warning)
-# The graces a user's profile gets when it sets none: the figure is the default's.
-GRACES = {"dispose_eof_grace": DEFAULT_DISPOSE_EOF_GRACE, "dispose_grace": DEFAULT_DISPOSE_GRACE}
+# The graces are the provider's defaults (a user's profile that sets none): the figure is
+# what such a profile gives.
 
 
 def _toml(value: Any) -> str:
@@ -93,10 +93,22 @@ class _Held:
 
     def config(self, agent: str, entry: str, root: Path) -> AcpConfig:
         if self._model is not None:
-            return agent_config(agent, entry, root, self._model, **GRACES)
+            return agent_config(
+                agent,
+                entry,
+                root,
+                self._model,
+                dispose_eof_grace=DEFAULT_DISPOSE_EOF_GRACE,
+                dispose_grace=DEFAULT_DISPOSE_GRACE,
+            )
         env = responses.codex_keyless_env(root)
         responses.write_codex_config(env["CODEX_HOME"], self._responses.base_url, model=CODEX_MODEL)
-        return agent_profile(agent).config(entry, env=env, **GRACES)
+        return agent_profile(agent).config(
+            entry,
+            env=env,
+            dispose_eof_grace=DEFAULT_DISPOSE_EOF_GRACE,
+            dispose_grace=DEFAULT_DISPOSE_GRACE,
+        )
 
     def wait_for_hold(self) -> None:
         if self._model is None:
