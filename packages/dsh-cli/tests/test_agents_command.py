@@ -146,3 +146,18 @@ def test_a_dsh_acp_agents_dir_that_is_not_a_directory_is_one_line_and_exit_2(
     status, out, err = run(box, "agents", DSH_ACP_AGENTS_DIR=missing)
     assert (status, out) == (2, "")
     assert err == f"dsh: error: DSH_ACP_AGENTS_DIR {missing!r} is not a directory\n"
+
+
+def test_the_commands_docs_agents_md_shows_run_as_written(tmp_path: Path) -> None:
+    box = _user_box(tmp_path)
+    page = (REPO / "docs" / "agents.md").read_text(encoding="utf-8")
+    block = page.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].split() for line in block.splitlines() if line.strip()]
+    assert commands == [["dsh", "agents"], ["dsh", "agents", "--prefix", "/opt/acp"]]
+    opt_acp = tmp_path / "opt-acp"  # the page's /opt/acp, which this host does not have
+    opt_acp.mkdir()
+    for command in commands:
+        argv = [str(opt_acp) if arg == "/opt/acp" else arg for arg in command[1:]]
+        status, out, err = run(box, *argv)
+        assert (status, err) == (0, ""), command
+        assert out.split()[:4] == ["AGENT", "PACKAGE", "KEYLESS", "WIRE"]
