@@ -33,7 +33,12 @@ settings.load_profile(os.environ.get("DSH_HYPOTHESIS_PROFILE", "ci"))
 
 become_subreaper()
 
-_ACP_AGENT_MODULES = ("e2e/contract/test_acp_agents_contract.py", "e2e/test_acp_agents_tier.py")
+_ACP_AGENT_MODULES = (
+    "e2e/contract/test_acp_agents_contract.py",
+    "e2e/test_acp_agents_tier.py",
+    "e2e/test_acp_agents_ctrl_c.py",
+    "e2e/test_acp_opencode_offline.py",
+)
 _ACP_AGENTS_ON = os.environ.get("DSH_TEST_ACP_AGENTS", "") not in ("", "0")
 collect_ignore = [] if _ACP_AGENTS_ON else list(_ACP_AGENT_MODULES)
 

@@ -9,6 +9,7 @@ iterating it (its ``close()`` waits 5 s for a graceful exit before SIGTERM).
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ __all__ = ["CancelRow", "run_p3"]
 
 TARGET_SECONDS = 0.25
 _ACP_INSTALLER = Path(__file__).resolve().parents[1] / "scripts" / "install-acp-agent"
+_ACP_AGENTS_DIR = _ACP_INSTALLER.parents[1] / ".cache" / "acp-agents"
 _ACP_MODEL = "gpt-5.4-mini"  # a slug codex-acp knows (products.md pitfall A1)
 
 
@@ -98,7 +100,13 @@ def acp_agent() -> tuple[str | None, str]:
     """The pinned codex-acp binary via the project's installer (fast path when present)."""
     try:
         done = subprocess.run(
-            [str(_ACP_INSTALLER)], capture_output=True, text=True, timeout=600, check=False
+            [str(_ACP_INSTALLER)],
+            # The checkout's ignored cache, as the tests use: never the user's data dir.
+            env={**os.environ, "DSH_ACP_AGENTS_DIR": str(_ACP_AGENTS_DIR)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"scripts/install-acp-agent could not run: {exc}"

@@ -7,8 +7,9 @@ fixture of its wire, with every state directory under the test's root. For each 
 * a task whose model first runs the agent's shell tool (``permission = "allow"``), then
   answers: the exact answer, the task and the layered key seen by the fixture, the tool
   really ran, the usage the agent reports (exactly the fixture's, or none — per agent);
-* a held turn cancelled: ``aborted``, and the whole tree gone after dispose (timed: the
-  median of three cancel → tree-gone durations is printed for the evidence table);
+* a held turn cancelled in process: ``aborted``, and the whole tree gone after dispose
+  (the median of three cancel → tree-gone durations is printed; the evidence table's
+  figure is what a user sees instead, Ctrl-C of ``dsh run``: test_acp_agents_ctrl_c.py);
 * a host SIGKILLed mid-turn: no process of the agent's tree survives;
 * after each, no file under the root holds the layered key or a layered service token.
 

@@ -12,7 +12,6 @@ import json
 import os
 from pathlib import Path
 
-import psutil
 import pytest
 from dsh_cli import Composition, load_profile
 from dsh_cli.cli import main
@@ -21,6 +20,7 @@ from dsh_cli.spawnguard import SpawnCounter
 from dsh_subagent import NO_START_CAPABILITIES
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_codex import CodexConfig, CodexProvider
+from dsh_subprocess.testing import ProcessWatch
 
 pytestmark = pytest.mark.loader
 
@@ -38,11 +38,10 @@ def empty_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _load(name: str) -> tuple[Composition, int]:
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    watch = ProcessWatch()
     with SpawnCounter(forbid=True) as counter:
         composition = load_profile(EXAMPLES / name)
-    after = {p.pid for p in psutil.Process().children(recursive=True)}
-    assert after <= before
+    assert watch.alive() == []
     return composition, counter.count
 
 

@@ -1,8 +1,10 @@
 """The pinned ACP agents for tests and benchmarks, from ``scripts/install-acp-agent``.
 
 The installer puts one agent's npm package (its pinned version: codex-acp by default,
-or any agent it names, e.g. ``gemini-cli``) into the ignored ``.cache/acp-agents/`` and
-prints the entry's path (a native binary, or the JavaScript file ``node`` runs); a
+or any agent it names, e.g. ``gemini-cli``) into the checkout's ignored
+``.cache/acp-agents/`` (:data:`AGENTS_DIR`, passed as ``DSH_ACP_AGENTS_DIR``: tests never
+install into the per-user data directory a user's installs go to) and prints the entry's
+path (a native binary, or the JavaScript file ``node`` runs); a
 second call is a fast path. Tests take :func:`codex_acp_or_skip` or
 :func:`agent_or_skip`: a visible skip when the npm registry cannot be reached, a failure
 for anything else.
@@ -10,11 +12,13 @@ for anything else.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Final
 
 __all__ = [
+    "AGENTS_DIR",
     "INSTALLER",
     "RegistryUnreachableError",
     "agent_or_skip",
@@ -24,6 +28,7 @@ __all__ = [
 ]
 
 INSTALLER: Final = Path(__file__).resolve().with_name("install-acp-agent")
+AGENTS_DIR: Final = INSTALLER.parents[1] / ".cache" / "acp-agents"
 _REGISTRY_UNREACHABLE: Final = 3  # the installer's exit status for it
 
 
@@ -50,7 +55,12 @@ def install_agent(name: str) -> str:
     """
     try:
         done = subprocess.run(
-            [str(INSTALLER), name], capture_output=True, text=True, timeout=900, check=False
+            [str(INSTALLER), name],
+            env={**os.environ, "DSH_ACP_AGENTS_DIR": str(AGENTS_DIR)},
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeError(f"scripts/install-acp-agent could not run: {exc}") from exc

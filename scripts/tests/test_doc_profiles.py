@@ -11,10 +11,10 @@ import re
 import tomllib
 from pathlib import Path
 
-import psutil
 import pytest
 from dsh_cli.loader import compose
 from dsh_cli.profile import parse_profile
+from dsh_subprocess.testing import ProcessWatch
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *ROOT.glob("packages/*/README.md"), *ROOT.glob("docs/*.md")])
@@ -40,7 +40,7 @@ def test_the_pages_show_profiles_at_all() -> None:
 
 @pytest.mark.parametrize(("where", "block"), BLOCKS, ids=[name for name, _ in BLOCKS])
 def test_the_profile_composes_and_starts_nothing(where: str, block: str) -> None:
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    watch = ProcessWatch()
     composition = compose(parse_profile(tomllib.loads(block)))
     assert composition.providers, where
-    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+    assert watch.alive() == []

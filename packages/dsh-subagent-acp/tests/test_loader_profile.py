@@ -5,12 +5,12 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-import psutil
 import pytest
 from dsh_cli.errors import ProfileError
 from dsh_cli.loader import compose
 from dsh_cli.profile import parse_profile
 from dsh_subagent_acp import AcpConfig, AcpProvider
+from dsh_subprocess.testing import ProcessWatch
 
 PROFILE = """
 [[providers]]
@@ -42,7 +42,7 @@ background_mode = "disabled"
 
 
 def test_profile_declares_two_acp_instances_and_their_tools() -> None:
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    watch = ProcessWatch()
     composition = compose(parse_profile(tomllib.loads(PROFILE)))
     providers = {loaded.name: loaded.provider for loaded in composition.providers}
     assert set(providers) == {"codex-acp", "claude-acp"}
@@ -59,7 +59,7 @@ def test_profile_declares_two_acp_instances_and_their_tools() -> None:
     assert isinstance(claude, AcpProvider)
     assert claude.config.permission == "allow"
     assert [t.provider for t in composition.tools] == ["codex-acp", "claude-acp"]
-    assert {p.pid for p in psutil.Process().children(recursive=True)} == before
+    assert watch.alive() == []
 
 
 def test_invalid_acp_config_is_a_profile_error_naming_the_field(tmp_path: Path) -> None:

@@ -100,18 +100,17 @@ async def test_unknown_subtype_is_unknown_and_not_copied(standin: Standin) -> No
     assert "brand_new" not in result.diagnostic
 
 
-async def test_no_result_is_missing_result(standin: Standin) -> None:
-    # The CLI ends cleanly (exit 0) without ever sending a result: the exit is the failure,
-    # so its facts join the line (a clean 0 included), as for process-exit.
+async def test_no_result_is_missing_result_without_the_clean_exit(standin: Standin) -> None:
+    # The CLI ends cleanly (exit 0) without ever sending a result: the missing result is
+    # the failure, not the exit, so the line is the peer's, with no "exit code: 0"
+    # (diagnostic:fixed-line); a failed exit status is process-exit, with its code.
     provider = standin.provider(
         [{"op": "init"}, {"op": "assistant", "text": "partial"}, {"op": "exit", "code": 0}]
     )
     result = await run_once(provider, standin.workspace)
     assert result.stop_reason == ERROR
     assert result.output == ()
-    assert result.diagnostic == (
-        LINE.format(stage="query-run", category="missing-result") + "; exit code: 0)"
-    )
+    assert result.diagnostic == LINE.format(stage="query-run", category="missing-result") + ")"
 
 
 async def test_latest_result_wins(standin: Standin) -> None:

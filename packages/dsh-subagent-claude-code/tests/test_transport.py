@@ -187,9 +187,7 @@ async def test_clean_exit_without_result_while_stdout_is_held_is_missing_result(
         standin, [{"op": "init"}, _session_child(standin), {"op": "exit", "code": 0}]
     )
     assert result.stop_reason == ERROR
-    assert result.diagnostic == (
-        LINE.format(stage="query-run", category="missing-result") + "; exit code: 0)"
-    )
+    assert result.diagnostic == LINE.format(stage="query-run", category="missing-result") + ")"
 
 
 # -- the frame bound: the SDK's own, through the runtime's bounded line reader -------------

@@ -167,9 +167,62 @@ def test_the_guard_server_is_never_listed_even_when_a_sample_caught_it_unregiste
     watch = ProcessWatch()
     server = _guard_server.acquire()
     assert server is not None
-    monkeypatch.setattr(testing, "guard_server_pid", lambda: None)  # not registered yet
+    monkeypatch.setattr(testing, "guard_server_pids", frozenset)  # not registered yet
     assert [seen.pid for seen in watch.alive()] == [server.pid]
-    monkeypatch.setattr(testing, "guard_server_pid", _guard_server.guard_server_pid)
+    monkeypatch.setattr(testing, "guard_server_pids", _guard_server.guard_server_pids)
     assert watch.alive() == []
     assert server.alive()
     shutdown()
+
+
+def test_a_guard_server_being_replaced_is_never_listed() -> None:
+    # The flake: a leftover check listed the host's `_guard.py serve` process. A server
+    # that stops answering is forgotten (no longer the current one) and waited for while
+    # a new one starts; a sample in that window saw the old one as a new process and
+    # every check until it was reaped listed it. Both are the host's own helpers.
+    from dsh_subprocess import _guard_server
+
+    _guard_server.shutdown_guard_server()
+    watch = ProcessWatch()
+    old = _guard_server.acquire()
+    assert old is not None
+    try:
+        with _guard_server._lock:  # what forget() does before it waits for the old one
+            _guard_server._current = None
+        assert watch.alive() == []  # sampled while no server is the current one
+        new = _guard_server.acquire()
+        assert new is not None
+        assert new.pid != old.pid
+        assert old.alive()
+        assert new.alive()
+        assert watch.alive() == []
+        assert {seen.pid for seen in watch.seen} & {old.pid, new.pid} == set()
+    finally:
+        old.close()
+        old.wait(5)
+        _guard_server.shutdown_guard_server()
+    assert watch.alive() == []
+
+
+def test_a_process_that_released_its_memory_is_exiting_not_left_over(
+    monkeypatch: pytest.MonkeyPatch, sleeper: Child[bytes]
+) -> None:
+    # A served guard closes the status pipe the host waits on before it becomes a zombie;
+    # caught in between it has no address space (virtual size 0) and runs no more code.
+    # The kernel gives no way to hold a process there, so its memory reading is faked.
+    watch = ProcessWatch()
+    assert [seen.pid for seen in watch.alive()] == []  # started before the baseline
+    second = Child(["sleep", "300"])
+    try:
+        assert [seen.pid for seen in watch.alive()] == [second.pid]
+        real = psutil.Process.memory_info
+
+        def released(self: psutil.Process) -> object:
+            info = real(self)
+            return info._replace(vms=0) if self.pid == second.pid else info
+
+        monkeypatch.setattr(psutil.Process, "memory_info", released)
+        assert watch.alive() == []
+    finally:
+        second.kill()
+        second.wait()

@@ -5,16 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 from dsh_subprocess import (
     InvalidCwdError,
     SpawnError,
     SpawnSpec,
-    guard_server_pid,
     probe_cwd,
     spawn,
 )
+from dsh_subprocess.testing import host_descendants
 
 pytestmark = pytest.mark.anyio
 
@@ -23,18 +22,8 @@ _SECRET_ARG = "argv-value-that-must-not-leak"
 
 def _children() -> set[int]:
     # The guard server is the host's helper, started by the first guarded spawn; it is
-    # not something the failed spawn left running.
-    server = guard_server_pid()
-    return {
-        p.pid for p in psutil.Process().children(recursive=True) if _running(p) and p.pid != server
-    }
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    # not something the failed spawn left running (host_descendants leaves it out).
+    return {p.pid for p in host_descendants()}
 
 
 async def test_missing_program(tmp_path: Path, guarded: bool) -> None:

@@ -16,10 +16,9 @@ from dsh_subprocess import (
     ManagedProcess,
     SpawnSpec,
     _guard_server,
-    guard_server_pid,
     spawn,
 )
-from dsh_subprocess.testing import alive, snapshot
+from dsh_subprocess.testing import ProcessWatch, alive, snapshot
 
 pytestmark = pytest.mark.anyio
 
@@ -297,14 +296,13 @@ async def test_host_exit_kill_path_kills_at_once(
 
 
 async def test_cancelling_spawn_leaves_nothing_running(tmp_path: Path, guarded: bool) -> None:
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    watch = ProcessWatch()
     with anyio.move_on_after(0):
         await spawn(sh("sleep 60", tmp_path, host_death_guard=guarded))
         pytest.fail("spawn was not cancelled")
-    # The guard server (started by this spawn) is the host's helper, not the spawn's.
-    before.add(guard_server_pid() or -1)
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    assert alive(left) == []
+    # The guard server (started by this spawn) is the host's helper, not the spawn's:
+    # the watch leaves it out.
+    assert watch.alive() == []
 
 
 async def test_signal_names_come_from_the_signal_module(tmp_path: Path) -> None:

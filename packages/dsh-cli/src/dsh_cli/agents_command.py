@@ -4,8 +4,9 @@ Reads the profiles shipped with dsh-subagent-acp (``dsh_subagent_acp.known_agent
 looks for each pinned npm package in the given prefixes; starts nothing, runs no npm.
 A prefix is an npm prefix (``DIR/node_modules/<package>``) or a folder of per-agent
 prefixes named ``<agent>-<version>`` (the layout ``scripts/install-acp-agent`` makes).
-Without ``--prefix``: the current directory and the global npm prefix of the ``node``
-found on ``PATH``.
+Without ``--prefix``: where that installer puts agents (``$DSH_ACP_AGENTS_DIR``, else the
+per-user ``${XDG_DATA_HOME:-~/.local/share}/dsh/acp-agents``), the current directory and
+the global npm prefix of the ``node`` found on ``PATH``.
 """
 
 from __future__ import annotations
@@ -37,15 +38,42 @@ def add_agents_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="an npm prefix (or a folder of <agent>-<version> prefixes) to look in; "
-        "repeatable (default: the current directory and node's global prefix)",
+        "repeatable (default: $DSH_ACP_AGENTS_DIR, else ~/.local/share/dsh/acp-agents, "
+        "where scripts/install-acp-agent installs; the current directory; node's global "
+        "prefix)",
     )
 
 
+AGENTS_DIR_VARIABLE = "DSH_ACP_AGENTS_DIR"
+
+
+def _installer_dir() -> Path | None:
+    """Where ``scripts/install-acp-agent`` installs: the same rule as the script's."""
+    chosen = os.environ.get(AGENTS_DIR_VARIABLE)
+    if chosen:
+        path = Path(chosen)
+        if not path.is_dir():
+            raise DshCliError(f"{AGENTS_DIR_VARIABLE} {chosen!r} is not a directory")
+        return path
+    data = os.environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data):  # the XDG rule: a relative value is ignored
+        home = os.environ.get("HOME")
+        if not home:
+            return None
+        data = os.path.join(home, ".local", "share")
+    path = Path(data) / "dsh" / "acp-agents"
+    return path if path.is_dir() else None  # nothing installed there yet
+
+
 def _default_prefixes() -> list[Path]:
-    prefixes = [Path.cwd()]
+    installed = _installer_dir()
+    prefixes = [installed] if installed is not None else []
+    prefixes.append(Path.cwd())
     node = shutil.which("node")
     if node is not None:
-        prefixes.append(Path(node).resolve().parent.parent / "lib")
+        lib = Path(node).resolve().parent.parent / "lib"
+        if lib.is_dir():
+            prefixes.append(lib)
     return prefixes
 
 

@@ -2,7 +2,8 @@
 
 Only allowlisted values reach a diagnostic: the four SDK error subtypes, the provider's
 fixed categories, the stage and a numeric HTTP status (the runtime adds the CLI's exit
-facts where the exit is part of the failure: ``process-exit``, ``missing-result``).
+facts where the exit is part of the failure: ``process-exit``, a failed exit status;
+never to ``missing-result``, a clean exit without a result).
 Result text, ``errors[]``, stderr, tool input and exception messages never do; the
 original failure rides on ``__cause__`` and in host logs.
 """

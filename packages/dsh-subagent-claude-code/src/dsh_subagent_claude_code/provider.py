@@ -310,7 +310,9 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
         if run.failure is not None:
             raise ProductFailureError(run.failure, run.detail())
         if run.answer is None:
-            # The stream ended without a result: the CLI's exit is the failure.
-            raise child.fail("missing-result", detail=run.detail(), exited=True)
+            # The CLI ended cleanly (a failed exit is the SDK's ProcessError, classified
+            # above) but sent no result: the result's validation failed, not the exit, so
+            # the line carries no "exit code: 0" (diagnostic:fixed-line).
+            raise child.fail("missing-result", detail=run.detail(), exited=False)
         child.session_id = run.session_id
         return run.answer

@@ -26,6 +26,7 @@ __all__ = [
     "acquire",
     "forget",
     "guard_server_pid",
+    "guard_server_pids",
     "shutdown_guard_server",
 ]
 
@@ -108,6 +109,9 @@ def _fd_bytes(fds: list[int]) -> bytes:
 
 _lock = threading.Lock()
 _current: GuardServer | None = None
+# Every server this host started and has not reaped: the current one, and one being
+# replaced (forget() waits for it outside the lock). Leftover checks leave them all out.
+_started: list[GuardServer] = []
 
 
 def _start() -> GuardServer | None:
@@ -154,6 +158,8 @@ def acquire() -> GuardServer | None:
         if server is not None:  # it died: its trees died with it
             server.close()
         _current = server = _start()
+        if server is not None:
+            _started.append(server)
         return server
 
 
@@ -182,6 +188,18 @@ def guard_server_pid() -> int | None:
     return server.pid
 
 
+def guard_server_pids() -> frozenset[int]:
+    """The pids of every guard server this host started that it has not reaped.
+
+    That is the running server and, while it is being replaced, the previous one (a pid
+    is this host's until it reaps it, so it cannot have been reused). Dead ones are reaped
+    and forgotten here.
+    """
+    with _lock:
+        _started[:] = [server for server in _started if server.alive()]
+        return frozenset(server.pid for server in _started)
+
+
 def shutdown_guard_server() -> None:
     """Stop this host's guard server, if one runs, and wait until it has exited.
 
@@ -204,6 +222,10 @@ def _after_fork_in_child() -> None:
     global _current, _lock
     _lock = threading.Lock()  # another thread may have held it at the fork
     server, _current = _current, None
+    for started in _started:
+        if started is not server:
+            started.disown()
+    _started.clear()
     if server is not None:
         server.disown()
 

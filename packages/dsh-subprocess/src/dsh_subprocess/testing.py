@@ -1,9 +1,12 @@
 """Quiescence helpers for tests: did every process a test started really go away?
 
 Processes are held as psutil handles fenced on their create time, so a reused pid is
-never mistaken for a survivor; a zombie counts as gone. :func:`host_descendants` and
-:func:`product_roots` see this host's process tree the way a leftover check should: the
-guard server is the host's own long-lived helper, and guards are plumbing.
+never mistaken for a survivor; a zombie counts as gone, and so does a process that has
+already released its memory on the way out (it runs no more code; a served guard is
+caught so right after it closed the status pipe the host waits on). :func:`host_descendants`
+and :func:`product_roots` see this host's process tree the way a leftover check should:
+the guard servers are the host's own long-lived helpers (every one it started and has not
+reaped, so one being replaced too), and guards are plumbing.
 
 :class:`ProcessWatch` is the leftover check itself: it records a baseline, lists what
 started since, waits for it to go, and kills and describes what did not. Call
@@ -29,8 +32,8 @@ from types import TracebackType
 import psutil
 
 from ._direct import PORTABLE_GUARD_PATH
-from ._guard_server import GUARD_PATH, guard_server_pid
-from ._tree import is_live
+from ._guard_server import GUARD_PATH, guard_server_pids
+from ._tree import is_live as _running
 
 __all__ = [
     "ProcessWatch",
@@ -87,9 +90,26 @@ def snapshot(pids: Iterable[int]) -> list[psutil.Process]:
     return procs
 
 
+def _is_live(proc: psutil.Process) -> bool:
+    """Whether ``proc`` still runs: not gone, not a zombie, not past releasing its memory.
+
+    A process in the kernel's exit path has no address space any more (its virtual size
+    reads 0) before it becomes a zombie; between the two it closes its files, so a host
+    waiting for a pipe's EOF can see it "running" for a moment. It runs no more code.
+    """
+    if not _running(proc):
+        return False
+    try:
+        return bool(proc.memory_info().vms)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # unreadable is not gone
+
+
 def alive(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
-    """The processes among ``procs`` that still run (zombies count as gone)."""
-    return [proc for proc in procs if is_live(proc)]
+    """The processes among ``procs`` that still run (zombies and exiting ones count as gone)."""
+    return [proc for proc in procs if _is_live(proc)]
 
 
 def _wait_for_an_exit(procs: list[psutil.Process], timeout: float) -> None:
@@ -129,10 +149,11 @@ def wait_gone(procs: Iterable[psutil.Process], within: float) -> list[psutil.Pro
 
 
 def host_descendants() -> list[psutil.Process]:
-    """Every live descendant of this process except its guard server (zombies are gone).
+    """Every live descendant of this process except its guard servers (zombies are gone).
 
-    The trees the server guards are its descendants and are included: only the server
-    itself, which outlives every tree, is left out.
+    The trees a server guards are its descendants and are included: only the servers
+    themselves, which outlive every tree, are left out (the running one and one being
+    replaced).
     """
     try:
         found = psutil.Process().children(recursive=True)
@@ -140,8 +161,8 @@ def host_descendants() -> list[psutil.Process]:
         return []
     # Read after the listing: a server started meanwhile is registered by now, so it is
     # never listed (a watch would otherwise remember it as a process that started).
-    server = guard_server_pid()
-    return [proc for proc in found if proc.pid != server and is_live(proc)]
+    servers = guard_server_pids()
+    return [proc for proc in found if proc.pid not in servers and _is_live(proc)]
 
 
 def _is_guard(proc: psutil.Process) -> bool:
@@ -215,10 +236,10 @@ class ProcessWatch:
     """The processes this host starts from now on: list them, wait for them, clean up.
 
     Construction records a baseline: the host's live descendants (less its guard
-    server), fenced on create time. :meth:`alive` then lists every live process started
+    servers), fenced on create time. :meth:`alive` then lists every live process started
     since: the new descendants, and any process seen before that is no longer a
-    descendant but still runs (it escaped while this process was no subreaper). The
-    guard server running at the time of the call is never listed. Every
+    descendant but still runs (it escaped while this process was no subreaper). A guard
+    server this host has not reaped at the time of the call is never listed. Every
     process listed is remembered in :attr:`seen`, latest sighting winning: a child
     caught between fork and exec still carries its parent's name.
 
@@ -238,9 +259,9 @@ class ProcessWatch:
     def alive(self) -> list[SeenProcess]:
         """Every live process started since the baseline (and remember each as seen)."""
         found = {key: proc for proc in host_descendants() if (key := _key(proc))}
-        # The guard server is never a leftover, even when a sample caught it before it
-        # was registered as the server; it is left out by its pid as it is now.
-        server = guard_server_pid()
+        # A guard server is never a leftover, even when a sample caught it unregistered
+        # (being started, or being replaced): left out by the servers' pids as they are now.
+        servers = guard_server_pids()
         with self._lock:
             for key, proc in found.items():
                 if key in self._baseline:
@@ -250,7 +271,7 @@ class ProcessWatch:
             return [
                 seen
                 for key, seen in self._seen.items()
-                if seen.pid != server and (key in found or is_live(seen.process))
+                if seen.pid not in servers and (key in found or _is_live(seen.process))
             ]
 
     @property
