@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -137,6 +138,43 @@ def test_a_local_cluster_runs_the_batch_prints_only_dshs_lines_and_is_gone_after
     assert all(line.startswith("dsh: ") for line in lines), lines  # no Ray notice, no colour
     assert lines[-1].startswith("dsh: batch: 2 completed, 0 failed; results in")
     assert run.marked() == []  # every process of the cluster is gone once dsh exits
+
+
+@pytest.mark.parametrize("length", [40, 64])
+def test_a_long_tmpdir_still_starts_the_cluster_in_a_private_directory_removed_after(
+    run: Run, length: int
+) -> None:
+    # TMPDIR of exactly `length` characters (a short base, padded): 40 is what Ray's
+    # session sockets under it no longer fit, 64 is macOS's /var/folders/…/T/ and longer.
+    base = Path(tempfile.mkdtemp(prefix="rl-", dir="/tmp"))
+    try:
+        tmpdir = base / ("t" * (length - len(str(base)) - 1))
+        tmpdir.mkdir()
+        assert len(str(tmpdir)) == length
+        tasks = run.tasks({"id": "a", "task": "hello"})
+        done = subprocess.run(
+            [*run.argv(tasks), "-v"],
+            env={**run.env, "TMPDIR": str(tmpdir)},
+            cwd=run.root,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert done.stderr.splitlines()[-1].startswith("dsh: batch: 1 completed, 0 failed")
+        prefix = "dsh.product.ray: the local Ray cluster's directory: "
+        (where,) = [
+            line[len(prefix) :] for line in done.stderr.splitlines() if line.startswith(prefix)
+        ]
+        session = Path(where)
+        assert session.name.startswith("dshray-") and len(session.name) == len("dshray-") + 8
+        assert not session.exists()  # removed once the cluster is gone
+        assert list(tmpdir.iterdir()) == []
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert run.marked() == []
 
 
 def test_uv_run_dsh_batch_ray_works_in_a_uv_project(run: Run) -> None:
