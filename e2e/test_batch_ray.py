@@ -316,6 +316,11 @@ def test_a_ray_actor_killed_mid_task_leaves_no_product_and_is_failed_or_retried(
         assert proc.returncode == 0, err
         assert (record["stop_reason"], record["answer"]) == ("completed", answer_for("victim"))
         assert batch.router.count("victim") == 2
+        # The retry is one line of the normal output (no -v).
+        assert (
+            "dsh: victim: the Ray actor running it died (ActorDiedError); running it again "
+            "from scratch (attempt 2 of 2)"
+        ) in err.splitlines(), err
     assert out == ""
     # Ray's own notice of the dead worker is dsh logging, shown with -v only.
     assert all(line.startswith("dsh: ") for line in err.splitlines()), err

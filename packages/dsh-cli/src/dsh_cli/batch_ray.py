@@ -256,16 +256,21 @@ class _Pool:
         try:
             value = ray.get(job.ref)
         except ray.exceptions.RayActorError as exc:
+            name = type(exc).__name__
             retry = not interrupted and self._attempts[job.task.id] < self._retries
             if retry:
                 self._attempts[job.task.id] += 1
                 self._queue.appendleft(job.task)
+                attempt = self._attempts[job.task.id] + 1
+                display.message(
+                    f"dsh: {job.task.id}: the Ray actor running it died ({name}); running it "
+                    f"again from scratch (attempt {attempt} of {self._retries + 1})"
+                )
             self._replace(slot)
             if interrupted or retry:
                 display.left()
                 return
             attempts = f"{self._retries + 1} attempts" if self._retries else "--ray-retries 0"
-            name = type(exc).__name__
             record = _failed(job, f"the Ray actor running this task died ({name}; {attempts})")
         except ray.exceptions.RayError as exc:
             if interrupted:
