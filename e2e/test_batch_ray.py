@@ -493,8 +493,14 @@ def test_ctrl_c_cancels_every_running_task_on_the_pool_and_exits_130(
         _wait(proc, lambda: example.starts("never") == 2, "both tasks started")
         products = [seen.process for seen in watch.alive() if "child" in " ".join(seen.argv)]
         assert len(products) >= 2, watch.alive()
+        # What dsh caused under its actors: each actor's guard server, the products'
+        # guards, the products. (The actors' own processes Ray ends after `ray.kill`,
+        # which does not wait: `_no_actor_left` below.)
+        caused = [p for actor in _actors() for p in actor.children(recursive=True)]
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole group
-        _, err = proc.communicate(timeout=600)
+        proc.wait(timeout=600)
+        left = [f"{p.pid} {p.name()} {p.cmdline()[:4]}" for p in alive_of(caused)]
+        _, err = proc.communicate()
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -504,6 +510,7 @@ def test_ctrl_c_cancels_every_running_task_on_the_pool_and_exits_130(
     assert "dsh: batch interrupted; run the same command again to resume" in err
     assert example.records() == {}  # cancelled runs are not recorded: resume runs them
     assert alive_of(products) == []  # each run returned only once its tree was gone
+    assert left == [], left  # dsh exits once everything it caused is gone
     _no_actor_left()
 
 

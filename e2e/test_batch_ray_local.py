@@ -169,7 +169,8 @@ def test_a_long_tmpdir_still_starts_the_cluster_in_a_private_directory_removed_a
             line[len(prefix) :] for line in done.stderr.splitlines() if line.startswith(prefix)
         ]
         session = Path(where)
-        assert session.name.startswith("dshray-") and len(session.name) == len("dshray-") + 8
+        assert session.name.startswith("dshray-")
+        assert len(session.name) == len("dshray-") + 8
         assert not session.exists()  # removed once the cluster is gone
         assert list(tmpdir.iterdir()) == []
     finally:
@@ -195,6 +196,44 @@ def test_uv_run_dsh_batch_ray_works_in_a_uv_project(run: Run) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[-1].startswith("dsh: batch: 1 completed, 0 failed")
+
+
+def test_after_ctrl_c_nothing_dsh_caused_is_alive_when_it_exits(run: Run) -> None:
+    tasks = run.tasks(
+        {"id": "held", "task": "dsh-contract/1 hold T-77777777"},
+        {"id": "held2", "task": "dsh-contract/1 hold T-88888888"},
+        {"id": "queued", "task": "hello"},
+    )
+    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
+        run.argv(tasks, "--concurrency", "2"),
+        env=run.env,
+        cwd=run.root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        ready = run.root / "ready"
+        while not all((ready / f"T-{c * 8}").exists() for c in "78"):  # both mid-task
+            if proc.poll() is not None:
+                pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
+            time.sleep(0.1)
+        # What dsh caused, by pid: its descendants now (the guards' environment is their
+        # own, without the marker) and whatever carries the marker.
+        caused = {p.pid: p for p in psutil.Process(proc.pid).children(recursive=True)}
+        caused.update((p.pid, p) for p in run.marked())
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: dsh's process group
+        proc.wait(timeout=600)
+        left = [f"{p.pid} {p.cmdline()[:4]}" for p in caused.values() if _alive(p)]
+        left += [f"{p.pid} {p.cmdline()[:4]}" for p in run.marked() if p.pid not in caused]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    assert proc.returncode == 130, err
+    assert left == [], left
 
 
 def test_after_dsh_is_sigkilled_mid_batch_every_process_of_its_cluster_is_gone(

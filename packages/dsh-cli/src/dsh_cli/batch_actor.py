@@ -30,6 +30,7 @@ import anyio
 import anyio.to_thread
 from anyio.from_thread import start_blocking_portal
 from dsh_subagent import ERROR, Budget, CancelController, SubagentError, SubagentService
+from dsh_subprocess import shutdown_guard_server
 from dsh_worktree import Worktree, WorktreeError
 
 from dsh_cli.batch import load_batch_profile, run_task, task_cwd
@@ -176,8 +177,13 @@ class BatchActor:
             self._portal.call(controller.cancel, CANCEL_REASON)
 
     def close(self) -> None:
-        """Close the service and the actor's event loop (no run is in progress)."""
+        """Close the service, the actor's event loop and its process's guard server.
+
+        The guard server would otherwise end only once it sees this process die, a
+        moment after ``ray.kill`` (which does not wait): it is gone before this returns.
+        """
         self._stack.close()
+        shutdown_guard_server()
 
 
 @asynccontextmanager

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from anyio.from_thread import start_blocking_portal
-from dsh_subprocess import SpawnSpec, spawn
+from dsh_subprocess import SpawnSpec, shutdown_guard_server, spawn
 
 from dsh_cli.errors import UsageError
 
@@ -273,6 +273,9 @@ def local_cluster() -> Iterator[str]:
                     yield f"127.0.0.1:{port}"
             finally:
                 portal.call(cluster.terminate)
+                # dsh's own guard server (the cluster went through it) ends now, not in
+                # the bounded wait at interpreter exit: dsh exits once it is gone.
+                shutdown_guard_server()
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 
