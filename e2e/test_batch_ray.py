@@ -371,13 +371,20 @@ class Example:
         lines = self.out.read_text(encoding="utf-8").splitlines()
         return {record["id"]: record for record in map(json.loads, lines)}
 
-    def popen(self, cluster: Cluster, tasks: Path, *extra: str, cwd: Path | None = None) -> Dsh:
+    def popen(
+        self,
+        cluster: Cluster,
+        tasks: Path,
+        *extra: str,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Dsh:
         argv = [str(DSH), "batch", str(self.profile), "subagent_example", str(tasks)]
         argv += ["--out", str(self.out), "--cwd", str(cwd or self.root)]
         argv += ["--ray", cluster.address]
         return subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
             [*argv, *extra],
-            env=cluster.env,
+            env=cluster.env if env is None else env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -511,6 +518,28 @@ def test_ctrl_c_cancels_every_running_task_on_the_pool_and_exits_130(
     assert example.records() == {}  # cancelled runs are not recorded: resume runs them
     assert alive_of(products) == []  # each run returned only once its tree was gone
     assert left == [], left  # dsh exits once everything it caused is gone
+    _no_actor_left()
+
+
+def test_otel_variables_the_nodes_lack_are_one_warning_line(
+    cluster: Cluster, example: Example
+) -> None:
+    pytest.importorskip("dsh_otel", reason="dsh-otel is not installed (dsh-cli[otel])")
+    tasks = example.tasks(("a", "hello"))
+    # Set for dsh only: the cluster's processes were started without them. (Traces only,
+    # and the driver delegates nothing, so nothing is sent to the closed port.)
+    env = {**cluster.env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/v1/traces"}
+    proc = example.popen(cluster, tasks, env=env)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert out == ""
+    warnings = [line for line in err.splitlines() if "telemetry" in line]
+    assert warnings == [
+        "dsh: warning: the Ray actors export no telemetry: the OTEL_EXPORTER_OTLP_* "
+        "variables are not set where the node's Ray runs (dsh never ships the driver's "
+        "environment)"
+    ]
+    assert example.records()["a"]["stop_reason"] == "completed"
     _no_actor_left()
 
 

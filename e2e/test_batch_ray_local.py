@@ -17,10 +17,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -176,6 +179,76 @@ def test_a_long_tmpdir_still_starts_the_cluster_in_a_private_directory_removed_a
     finally:
         shutil.rmtree(base, ignore_errors=True)
     assert run.marked() == []
+
+
+@contextmanager
+def _otlp_receiver() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
+    """An OTLP/HTTP collector on loopback: its endpoint and the (path, body) it received."""
+    received: list[tuple[str, bytes]] = []
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            with lock:
+                received.append((self.path, body))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _delegation_spans(received: list[tuple[str, bytes]]) -> list[dict[str, str]]:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    spans = []
+    for path, body in received:
+        if path != "/v1/traces":
+            continue
+        for resource in ExportTraceServiceRequest.FromString(body).resource_spans:
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    if span.name.startswith("invoke_agent "):
+                        attributes = {a.key: a.value.string_value for a in span.attributes}
+                        spans.append({"name": span.name, **attributes})
+    return spans
+
+
+def test_with_the_otel_variables_the_actors_export_each_delegation(run: Run) -> None:
+    pytest.importorskip("dsh_otel", reason="dsh-otel is not installed (dsh-cli[otel])")
+    tasks = run.tasks({"id": "a", "task": "hello"}, {"id": "b", "task": "hello"})
+    with _otlp_receiver() as (endpoint, received):
+        done = subprocess.run(
+            run.argv(tasks),
+            env={**run.env, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint},
+            cwd=run.root,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert all(line.startswith("dsh: ") for line in done.stderr.splitlines()), done.stderr
+    assert "telemetry" not in done.stderr  # nothing to warn about: the actors export
+    spans = _delegation_spans(received)
+    assert [span["dsh.stop_reason"] for span in spans] == ["completed", "completed"], spans
+    assert len({span["dsh.run.id"] for span in spans}) == 2  # two runs, not one twice
 
 
 def test_uv_run_dsh_batch_ray_works_in_a_uv_project(run: Run) -> None:
