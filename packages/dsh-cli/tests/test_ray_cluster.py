@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -87,17 +89,17 @@ def test_the_cluster_directory_is_the_temp_dir_only_while_rays_sockets_fit(
 
     import_ray()
     short = tmp_path.anchor + "t"  # "/t": stands for any short enough TMPDIR
-    monkeypatch.setattr(ray_cluster.os, "access", lambda path, mode: True)
-    monkeypatch.setattr(ray_cluster.tempfile, "tempdir", short)
+    monkeypatch.setattr(os, "access", lambda path, mode: True)
+    monkeypatch.setattr(tempfile, "tempdir", short)
     assert ray_cluster._session_base() == short
     # The longest TMPDIR still used: Ray's longest socket path under it fits (its own check).
     room = 107 - ray_cluster._OWN_DIR - ray_cluster._RAY_TAIL
     longest = "/" + "t" * (room - 1)
-    monkeypatch.setattr(ray_cluster.tempfile, "tempdir", longest)
+    monkeypatch.setattr(tempfile, "tempdir", longest)
     assert ray_cluster._session_base(107) == longest
     session = "session_2026-12-05_11-43-51_026291_4194304"
     validate_socket_filepath(f"{longest}/dshray-abcdefgh/{session}/sockets/plasma_store.99")
-    monkeypatch.setattr(ray_cluster.tempfile, "tempdir", longest + "t")
+    monkeypatch.setattr(tempfile, "tempdir", longest + "t")
     assert ray_cluster._session_base(107) == "/tmp"
 
 
@@ -108,8 +110,8 @@ def test_without_a_short_writable_base_the_error_names_tmpdir(
     from dsh_cli.ray_cluster import RayUnavailableError
 
     long = "/" + "t" * 60
-    monkeypatch.setattr(ray_cluster.tempfile, "tempdir", long)
-    monkeypatch.setattr(ray_cluster.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(tempfile, "tempdir", long)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
     with pytest.raises(RayUnavailableError) as caught:
         ray_cluster._session_base()
     assert str(caught.value) == (
