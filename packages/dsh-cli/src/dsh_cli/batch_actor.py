@@ -213,11 +213,12 @@ def _start_export(actor: BatchActor) -> str | None:
         )
     try:
         from dsh_otel import configure_from_environment
+
+        actor._export = configure_from_environment()  # imports the SDK and its exporter
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] not in {"dsh_otel", "opentelemetry"}:
             raise
         return "dsh-otel is not installed on the Ray node (pip install 'dsh-cli[otel]')"
-    actor._export = configure_from_environment()
     return None
 
 
