@@ -316,6 +316,11 @@ def test_a_ray_actor_killed_mid_task_leaves_no_product_and_is_failed_or_retried(
         assert proc.returncode == 0, err
         assert (record["stop_reason"], record["answer"]) == ("completed", answer_for("victim"))
         assert batch.router.count("victim") == 2
+        # The retry is one line of the normal output (no -v).
+        assert (
+            "dsh: victim: the Ray actor running it died (ActorDiedError); running it again "
+            "from scratch (attempt 2 of 2)"
+        ) in err.splitlines(), err
     assert out == ""
     # Ray's own notice of the dead worker is dsh logging, shown with -v only.
     assert all(line.startswith("dsh: ") for line in err.splitlines()), err
@@ -366,13 +371,20 @@ class Example:
         lines = self.out.read_text(encoding="utf-8").splitlines()
         return {record["id"]: record for record in map(json.loads, lines)}
 
-    def popen(self, cluster: Cluster, tasks: Path, *extra: str, cwd: Path | None = None) -> Dsh:
+    def popen(
+        self,
+        cluster: Cluster,
+        tasks: Path,
+        *extra: str,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Dsh:
         argv = [str(DSH), "batch", str(self.profile), "subagent_example", str(tasks)]
         argv += ["--out", str(self.out), "--cwd", str(cwd or self.root)]
         argv += ["--ray", cluster.address]
         return subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
             [*argv, *extra],
-            env=cluster.env,
+            env=cluster.env if env is None else env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -488,8 +500,14 @@ def test_ctrl_c_cancels_every_running_task_on_the_pool_and_exits_130(
         _wait(proc, lambda: example.starts("never") == 2, "both tasks started")
         products = [seen.process for seen in watch.alive() if "child" in " ".join(seen.argv)]
         assert len(products) >= 2, watch.alive()
+        # What dsh caused under its actors: each actor's guard server, the products'
+        # guards, the products. (The actors' own processes Ray ends after `ray.kill`,
+        # which does not wait: `_no_actor_left` below.)
+        caused = [p for actor in _actors() for p in actor.children(recursive=True)]
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole group
-        _, err = proc.communicate(timeout=600)
+        proc.wait(timeout=600)
+        left = [f"{p.pid} {p.name()} {p.cmdline()[:4]}" for p in alive_of(caused)]
+        _, err = proc.communicate()
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -499,6 +517,29 @@ def test_ctrl_c_cancels_every_running_task_on_the_pool_and_exits_130(
     assert "dsh: batch interrupted; run the same command again to resume" in err
     assert example.records() == {}  # cancelled runs are not recorded: resume runs them
     assert alive_of(products) == []  # each run returned only once its tree was gone
+    assert left == [], left  # dsh exits once everything it caused is gone
+    _no_actor_left()
+
+
+def test_otel_variables_the_nodes_lack_are_one_warning_line(
+    cluster: Cluster, example: Example
+) -> None:
+    pytest.importorskip("dsh_otel", reason="dsh-otel is not installed (dsh-cli[otel])")
+    tasks = example.tasks(("a", "hello"))
+    # Set for dsh only: the cluster's processes were started without them. (Traces only,
+    # and the driver delegates nothing, so nothing is sent to the closed port.)
+    env = {**cluster.env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/v1/traces"}
+    proc = example.popen(cluster, tasks, env=env)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert out == ""
+    warnings = [line for line in err.splitlines() if "telemetry" in line]
+    assert warnings == [
+        "dsh: warning: the Ray actors export no telemetry: the OTEL_EXPORTER_OTLP_* "
+        "variables are not set where the node's Ray runs (dsh never ships the driver's "
+        "environment)"
+    ]
+    assert example.records()["a"]["stop_reason"] == "completed"
     _no_actor_left()
 
 

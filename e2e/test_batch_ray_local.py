@@ -17,10 +17,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -141,6 +144,114 @@ def test_a_local_cluster_runs_the_batch_prints_only_dshs_lines_and_is_gone_after
     assert run.marked() == []  # every process of the cluster is gone once dsh exits
 
 
+@pytest.mark.parametrize("length", [40, 64])
+def test_a_long_tmpdir_still_starts_the_cluster_in_a_private_directory_removed_after(
+    run: Run, length: int
+) -> None:
+    # TMPDIR of exactly `length` characters (a short base, padded): 40 is what Ray's
+    # session sockets under it no longer fit, 64 is macOS's /var/folders/…/T/ and longer.
+    base = Path(tempfile.mkdtemp(prefix="rl-", dir="/tmp"))
+    try:
+        tmpdir = base / ("t" * (length - len(str(base)) - 1))
+        tmpdir.mkdir()
+        assert len(str(tmpdir)) == length
+        tasks = run.tasks({"id": "a", "task": "hello"})
+        done = subprocess.run(
+            [*run.argv(tasks), "-v"],
+            env={**run.env, "TMPDIR": str(tmpdir)},
+            cwd=run.root,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert done.stderr.splitlines()[-1].startswith("dsh: batch: 1 completed, 0 failed")
+        prefix = "dsh.product.ray: the local Ray cluster's directory: "
+        (where,) = [
+            line[len(prefix) :] for line in done.stderr.splitlines() if line.startswith(prefix)
+        ]
+        session = Path(where)
+        assert session.name.startswith("dshray-")
+        assert len(session.name) == len("dshray-") + 8
+        assert not session.exists()  # removed once the cluster is gone
+        assert list(tmpdir.iterdir()) == []
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert run.marked() == []
+
+
+@contextmanager
+def _otlp_receiver() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
+    """An OTLP/HTTP collector on loopback: its endpoint and the (path, body) it received."""
+    received: list[tuple[str, bytes]] = []
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            with lock:
+                received.append((self.path, body))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _delegation_spans(received: list[tuple[str, bytes]]) -> list[dict[str, str]]:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    spans = []
+    for path, body in received:
+        if path != "/v1/traces":
+            continue
+        for resource in ExportTraceServiceRequest.FromString(body).resource_spans:
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    if span.name.startswith("invoke_agent "):
+                        attributes = {a.key: a.value.string_value for a in span.attributes}
+                        spans.append({"name": span.name, **attributes})
+    return spans
+
+
+def test_with_the_otel_variables_the_actors_export_each_delegation(run: Run) -> None:
+    pytest.importorskip("dsh_otel", reason="dsh-otel is not installed (dsh-cli[otel])")
+    tasks = run.tasks({"id": "a", "task": "hello"}, {"id": "b", "task": "hello"})
+    with _otlp_receiver() as (endpoint, received):
+        done = subprocess.run(
+            run.argv(tasks),
+            env={**run.env, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint},
+            cwd=run.root,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert all(line.startswith("dsh: ") for line in done.stderr.splitlines()), done.stderr
+    assert "telemetry" not in done.stderr  # nothing to warn about: the actors export
+    spans = _delegation_spans(received)
+    assert [span["dsh.stop_reason"] for span in spans] == ["completed", "completed"], spans
+    assert len({span["dsh.run.id"] for span in spans}) == 2  # two runs, not one twice
+
+
 def test_uv_run_dsh_batch_ray_works_in_a_uv_project(run: Run) -> None:
     uv = shutil.which("uv")
     if uv is None:
@@ -159,6 +270,44 @@ def test_uv_run_dsh_batch_ray_works_in_a_uv_project(run: Run) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[-1].startswith("dsh: batch: 1 completed, 0 failed")
+
+
+def test_after_ctrl_c_nothing_dsh_caused_is_alive_when_it_exits(run: Run) -> None:
+    tasks = run.tasks(
+        {"id": "held", "task": "dsh-contract/1 hold T-77777777"},
+        {"id": "held2", "task": "dsh-contract/1 hold T-88888888"},
+        {"id": "queued", "task": "hello"},
+    )
+    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
+        run.argv(tasks, "--concurrency", "2"),
+        env=run.env,
+        cwd=run.root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        ready = run.root / "ready"
+        while not all((ready / f"T-{c * 8}").exists() for c in "78"):  # both mid-task
+            if proc.poll() is not None:
+                pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
+            time.sleep(0.1)
+        # What dsh caused, by pid: its descendants now (the guards' environment is their
+        # own, without the marker) and whatever carries the marker.
+        caused = {p.pid: p for p in psutil.Process(proc.pid).children(recursive=True)}
+        caused.update((p.pid, p) for p in run.marked())
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: dsh's process group
+        proc.wait(timeout=600)
+        left = [f"{p.pid} {p.cmdline()[:4]}" for p in caused.values() if _alive(p)]
+        left += [f"{p.pid} {p.cmdline()[:4]}" for p in run.marked() if p.pid not in caused]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    assert proc.returncode == 130, err
+    assert left == [], left
 
 
 def test_after_dsh_is_sigkilled_mid_batch_every_process_of_its_cluster_is_gone(

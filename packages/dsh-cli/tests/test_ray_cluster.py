@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +104,42 @@ def test_the_local_cluster_holds_no_credential_the_profile_does_not_pass() -> No
         "DSH_KEEP_DUMPABLE": "1",
         "PROCESS_MARKER": "m",
     }
+
+
+def test_the_cluster_directory_is_the_temp_dir_only_while_rays_sockets_fit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from dsh_cli import ray_cluster
+    from ray._private.utils import validate_socket_filepath
+
+    import_ray()
+    short = tmp_path.anchor + "t"  # "/t": stands for any short enough TMPDIR
+    monkeypatch.setattr(os, "access", lambda path, mode: True)
+    monkeypatch.setattr(tempfile, "tempdir", short)
+    assert ray_cluster._session_base() == short
+    # The longest TMPDIR still used: Ray's longest socket path under it fits (its own check).
+    room = 107 - ray_cluster._OWN_DIR - ray_cluster._RAY_TAIL
+    longest = "/" + "t" * (room - 1)
+    monkeypatch.setattr(tempfile, "tempdir", longest)
+    assert ray_cluster._session_base(107) == longest
+    session = "session_2026-12-05_11-43-51_026291_4194304"
+    validate_socket_filepath(f"{longest}/dshray-abcdefgh/{session}/sockets/plasma_store.99")
+    monkeypatch.setattr(tempfile, "tempdir", longest + "t")
+    assert ray_cluster._session_base(107) == "/tmp"
+
+
+def test_without_a_short_writable_base_the_error_names_tmpdir(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_cli import ray_cluster
+    from dsh_cli.ray_cluster import RayUnavailableError
+
+    long = "/" + "t" * 60
+    monkeypatch.setattr(tempfile, "tempdir", long)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(RayUnavailableError) as caught:
+        ray_cluster._session_base()
+    assert str(caught.value) == (
+        f"the temporary directory '{long}' is too long for Ray's unix socket paths and /tmp "
+        "is not writable: set TMPDIR to a writable directory of at most 19 bytes"
+    )

@@ -70,11 +70,19 @@ def test_each_row_becomes_its_outcome_and_a_failure_is_a_row_never_an_exception(
     assert (again["stop_reason"], again["answer"]) == (["completed"], ["T-00000c02"])
 
 
-def test_usage_comes_back_as_json(profile: Path, tmp_path: Path) -> None:
+def test_usage_comes_back_as_json_with_every_field_of_a_batch_records(
+    profile: Path, tmp_path: Path
+) -> None:
     with Delegate(str(profile), "subagent_example", cwd=str(tmp_path)) as step:
         out = _columns(step({"task": ["dsh-example/progress please"]}))
     assert out["stop_reason"] == ["completed"]
-    assert json.loads(out["usage"][0]) == {"input_tokens": 1200, "output_tokens": 34}
+    assert json.loads(out["usage"][0]) == {
+        "input_tokens": 1200,
+        "cached_input_tokens": None,
+        "output_tokens": 34,
+        "reasoning_tokens": None,
+        "cost_usd": None,  # a key as in a `dsh batch` record: unreported, not unknown
+    }
 
 
 def test_a_bad_target_fails_construction_and_starts_nothing(profile: Path) -> None:

@@ -6,7 +6,9 @@ in the job's ``working_dir``, the unpacked bundle: the actor composes the profil
 its copy there once (``${DSH_FILES}`` names that copy), opens one ``SubagentService`` on
 an event loop of its own and keeps both for its whole life. Each :meth:`BatchActor.run`
 is then one delegation on that service, returned only once the product's process tree
-is gone, so between tasks no product process exists.
+is gone, so between tasks no product process exists. Where the worker's environment asks
+for OpenTelemetry export (the standard ``OTEL_EXPORTER_OTLP_*`` variables, as for
+``dsh``), the actor exports its delegations itself and flushes them when it is closed.
 
 The actor is threaded (two calls at a time): :meth:`BatchActor.cancel` reaches it while a
 :meth:`BatchActor.run` is in progress and cancels that run, which settles like any
@@ -25,12 +27,13 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import anyio.to_thread
 from anyio.from_thread import start_blocking_portal
 from dsh_subagent import ERROR, Budget, CancelController, SubagentError, SubagentService
+from dsh_subprocess import shutdown_guard_server
 from dsh_worktree import Worktree, WorktreeError
 
 from dsh_cli.batch import load_batch_profile, run_task, task_cwd
@@ -40,6 +43,7 @@ from dsh_cli.isolation import isolate
 from dsh_cli.loader import Composition
 from dsh_cli.protect import protect_ray_actor_process
 from dsh_cli.runtime import open_runtime
+from dsh_cli.telemetry import export_requested
 
 __all__ = ["BUNDLE_PROFILE", "CANCEL_REASON", "BatchActor"]
 
@@ -132,6 +136,8 @@ class BatchActor:
         self._problem: str | None = None
         self._gate = _NodeFirstStartAlone(self._bundle)
         self._stack = contextlib.ExitStack()
+        self._export: Any = None
+        self._no_export = _start_export(self)
         try:
             composition = load_batch_profile(Path(self._bundle, BUNDLE_PROFILE), self._bundle)
             if worktree_json is not None:
@@ -178,9 +184,45 @@ class BatchActor:
         if controller is not None:
             self._portal.call(controller.cancel, CANCEL_REASON)
 
+    def telemetry(self) -> str | None:
+        """Why this actor exports no telemetry, or ``None`` when it does."""
+        return self._no_export
+
     def close(self) -> None:
-        """Close the service and the actor's event loop (no run is in progress)."""
-        self._stack.close()
+        """Close the service, flush telemetry, end the event loop and the guard server.
+
+        The guard server would otherwise end only once it sees this process die, a
+        moment after ``ray.kill`` (which does not wait): it is gone before this returns.
+        """
+        try:
+            self._stack.close()
+        finally:
+            if self._export is not None:
+                self._export.close()  # what is pending goes out before the actor is killed
+                self._export = None
+            shutdown_guard_server()
+
+
+def _start_export(actor: BatchActor) -> str | None:
+    """Export the actor's delegations when its environment asks for it (as ``dsh`` does).
+
+    Returns why nothing is exported, or ``None``. The environment is the worker's: the
+    one the node's Ray was started with (dsh never ships the driver's).
+    """
+    if not export_requested():
+        return (
+            "the OTEL_EXPORTER_OTLP_* variables are not set where the node's Ray runs "
+            "(dsh never ships the driver's environment)"
+        )
+    try:
+        from dsh_otel import configure_from_environment
+
+        actor._export = configure_from_environment()  # imports the SDK and its exporter
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] not in {"dsh_otel", "opentelemetry"}:
+            raise
+        return "dsh-otel is not installed on the Ray node (pip install 'dsh-cli[otel]')"
+    return None
 
 
 @asynccontextmanager

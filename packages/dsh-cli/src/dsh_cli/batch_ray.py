@@ -23,6 +23,9 @@ start to the moment the driver learnt of the death, or handed to another actor a
 from scratch ``--ray-retries`` times first; a new actor takes the dead one's place and
 the other tasks go on.
 
+With the OpenTelemetry variables set, each actor exports its own delegations (its
+environment is the node's Ray's); where the first actor cannot, one line says why.
+
 Ctrl-C cancels the run in progress on every actor (its tree gone before it returns); a
 second Ctrl-C kills those actors instead (their guards remove the products). When the
 batch ends every actor is closed and killed.
@@ -51,6 +54,7 @@ from dsh_cli.batch_progress import BatchDisplay
 from dsh_cli.errors import UsageError
 from dsh_cli.profile import read_profile
 from dsh_cli.ray_cluster import RayUnavailableError, connect_ray, import_ray, one_line
+from dsh_cli.telemetry import export_requested
 
 __all__ = ["BUNDLE_PROFILE", "check_ray", "import_ray", "run_on_ray"]
 
@@ -171,6 +175,7 @@ class _Pool:
         self._signals: list[int] = []
         self._start_problem: str | None = None
         self._start_failure: str | None = None
+        self._ask_telemetry = export_requested()  # this environment asks for export
 
     def _new_slot(self) -> _Slot:
         actor = self._actor_class.remote(*self._args)
@@ -224,7 +229,7 @@ class _Pool:
                 if slot.job is not None and slot.job.ref == ref:
                     self._finished(slot, results, display)
                 else:
-                    self._constructed(slot)
+                    self._constructed(slot, display)
 
     def _dispatch(self, display: BatchDisplay) -> None:
         for slot in self._slots:
@@ -236,7 +241,7 @@ class _Pool:
                 slot.job = _Job(task, ref, time.monotonic())
                 display.started()
 
-    def _constructed(self, slot: _Slot) -> None:
+    def _constructed(self, slot: _Slot, display: BatchDisplay) -> None:
         ray = self._ray
         try:
             ray.get(slot.ready)
@@ -248,6 +253,11 @@ class _Pool:
             self._slots.remove(slot)
             return
         slot.ready = None  # a node that could not compose the profile records that per task
+        if self._ask_telemetry:  # the actors export themselves; one line if they cannot
+            self._ask_telemetry = False
+            reason = ray.get(slot.actor.telemetry.remote())
+            if reason is not None:
+                display.message(f"dsh: warning: the Ray actors export no telemetry: {reason}")
 
     def _finished(self, slot: _Slot, results: ResultsFile, display: BatchDisplay) -> None:
         ray = self._ray
@@ -258,16 +268,21 @@ class _Pool:
         try:
             value = ray.get(job.ref)
         except ray.exceptions.RayActorError as exc:
+            name = type(exc).__name__
             retry = not interrupted and self._attempts[job.task.id] < self._retries
             if retry:
                 self._attempts[job.task.id] += 1
                 self._queue.appendleft(job.task)
+                attempt = self._attempts[job.task.id] + 1
+                display.message(
+                    f"dsh: {job.task.id}: the Ray actor running it died ({name}); running it "
+                    f"again from scratch (attempt {attempt} of {self._retries + 1})"
+                )
             self._replace(slot)
             if interrupted or retry:
                 display.left()
                 return
             attempts = f"{self._retries + 1} attempts" if self._retries else "--ray-retries 0"
-            name = type(exc).__name__
             record = _failed(job, f"the Ray actor running this task died ({name}; {attempts})")
         except ray.exceptions.RayError as exc:
             if interrupted:

@@ -16,8 +16,9 @@
   loopback for this batch: ``ray start --head --block`` under the host-death guard of
   ``dsh_subprocess`` (every Ray process is a descendant of the guard), no dashboard,
   usage statistics off, its own temporary directory (so no other ``ray.init`` on the
-  machine finds it) and a random token for Ray's token authentication that lives only
-  in the environment of dsh and of the cluster (nothing is written to ``~/.ray``). When
+  machine finds it; under ``/tmp`` when ``TMPDIR`` is too long for Ray's unix socket
+  paths) and a random token for Ray's token authentication that lives only in the
+  environment of dsh and of the cluster (nothing is written to ``~/.ray``). When
   the batch ends the whole tree is terminated; should ``dsh`` itself be killed, the
   guard kills every process of the cluster at once. The cluster's processes (``raylet``,
   ``gcs_server``, Ray's workers) run as the user and are dumpable, so they get dsh's
@@ -44,7 +45,13 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final
 
 from anyio.from_thread import start_blocking_portal
-from dsh_subprocess import SpawnSpec, is_scrubbed_name, is_scrubbed_value, spawn
+from dsh_subprocess import (
+    SpawnSpec,
+    is_scrubbed_name,
+    is_scrubbed_value,
+    shutdown_guard_server,
+    spawn,
+)
 
 from dsh_cli.errors import UsageError
 
@@ -71,8 +78,15 @@ _READY_SECONDS: Final = 300.0
 """How long a starting local cluster may take to accept connections (a loaded machine)."""
 
 _STOP_GRACE_SECONDS: Final = 5.0
-_TEMP_ROOT_MAX: Final = 40
-"""Ray's unix socket paths under its temporary directory must fit in 107 bytes."""
+
+_SOCKET_PATH_MAX: Final = 103 if sys.platform == "darwin" else 107
+"""Bytes in a unix socket path (``sun_path`` less its NUL)."""
+_RAY_TAIL: Final = len("/session_2026-12-05_11-43-51_026291_4194304/sockets/") + 20
+"""The longest Ray adds under ``--temp-dir``: its session directory (date, microseconds,
+the largest Linux pid) and a socket name (``plasma_store.N``, 15 bytes) with room spare."""
+_OWN_DIR: Final = len("/dshray-") + 8
+"""The run's own directory under the base (``mkdtemp``'s random part is 8 characters)."""
+_FALLBACK_BASE: Final = "/tmp"
 
 
 class RayUnavailableError(Exception):
@@ -172,9 +186,33 @@ def _free_ports(count: int) -> list[int]:
         return [int(sock.getsockname()[1]) for sock in socks]
 
 
-def _temp_root() -> str | None:
-    root = tempfile.gettempdir()
-    return None if len(root) <= _TEMP_ROOT_MAX else "/tmp"
+def _fits(base: str, limit: int) -> bool:
+    return len(os.fsencode(base)) + _OWN_DIR + _RAY_TAIL <= limit
+
+
+def _session_base(limit: int = _SOCKET_PATH_MAX) -> str:
+    """Where the cluster's own directory goes: the temporary directory, if short enough.
+
+    Ray puts its unix sockets under ``--temp-dir``, and their paths must fit in
+    ``limit`` bytes: a longer temporary directory (macOS's ``/var/folders/…/T``, a test
+    runner's numbered ones) makes ``ray start`` fail. Then ``/tmp`` serves; the run's
+    directory in it is made by ``mkdtemp`` (random name, mode 0700), so no other user can
+    have made it in advance or read it.
+
+    Raises:
+        RayUnavailableError: neither the temporary directory nor ``/tmp`` is short and
+            writable.
+    """
+    temp = tempfile.gettempdir()
+    for base in (temp, _FALLBACK_BASE):
+        if _fits(base, limit) and os.access(base, os.W_OK | os.X_OK):
+            return base
+    room = limit - _OWN_DIR - _RAY_TAIL
+    raise RayUnavailableError(
+        f"the temporary directory {temp!r} is too long for Ray's unix socket paths and "
+        f"{_FALLBACK_BASE} is not writable: set TMPDIR to a writable directory of at most "
+        f"{room} bytes"
+    )
 
 
 _OWN_PREFIX: Final = "DSH_"
@@ -211,7 +249,8 @@ def local_cluster(passed: Collection[str] = ()) -> Iterator[str]:
     Raises:
         RayUnavailableError: the cluster did not start.
     """
-    temp = tempfile.mkdtemp(prefix="dshray-", dir=_temp_root())
+    temp = tempfile.mkdtemp(prefix="dshray-", dir=_session_base())
+    logging.getLogger(RAY_LOGGER).info("the local Ray cluster's directory: %s", temp)
     (port,) = _free_ports(1)
     token = secrets.token_hex(32)
     # Loopback only (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray use 127.0.0.1 as the
@@ -270,6 +309,9 @@ def local_cluster(passed: Collection[str] = ()) -> Iterator[str]:
                     yield f"127.0.0.1:{port}"
             finally:
                 portal.call(cluster.terminate)
+                # dsh's own guard server (the cluster went through it) ends now, not in
+                # the bounded wait at interpreter exit: dsh exits once it is gone.
+                shutdown_guard_server()
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 

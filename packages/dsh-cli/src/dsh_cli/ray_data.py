@@ -6,16 +6,17 @@ actor pool: each actor builds one, which composes the profile once and keeps one
 rows of a batch at once (``concurrency`` at a time), each row's product tree gone before
 its row comes back. A row carries ``task`` (the complete task text) and optionally
 ``id`` and ``cwd``; the output batch is the input columns plus ``stop_reason``,
-``answer``, ``diagnostic``, ``usage`` (the product's token report as JSON, or null),
-``elapsed_seconds`` and ``changes`` (where the instance is isolated in a git worktree, see
-the profile's ``worktree`` setting: the change summary as JSON — branch, commit, base,
-files changed, insertions, deletions — else null). Where pyarrow is installed (always
-under Ray Data) the batch comes back as a ``pyarrow.Table`` whose added columns have
-fixed types (strings and a float), so a batch whose rows all lack a diagnostic still has
-a ``string`` diagnostic column and files written per batch (``write_parquet``) share one
-schema; without pyarrow it is a dict of lists. A failed delegation (or a row without a
-task) is a row with ``stop_reason = "error"`` and a diagnostic saying why, never an
-exception, so one bad task never fails the pipeline.
+``answer``, ``diagnostic``, ``usage`` (the product's token and cost report as JSON, the
+object a batch record carries, or null), ``elapsed_seconds`` and ``changes`` (where the
+instance is isolated in a git worktree, see the profile's ``worktree`` setting: the
+change summary as JSON — branch, commit, base, files changed, insertions, deletions —
+else null). Where pyarrow is installed (always under Ray Data) the batch comes back as a
+``pyarrow.Table`` whose added columns have fixed types (strings and a float), so a batch
+whose rows all lack a diagnostic still has a ``string`` diagnostic column and files
+written per batch (``write_parquet``) share one schema; without pyarrow it is a dict of
+lists. A failed delegation (or a row without a task) is a row with ``stop_reason =
+"error"`` and a diagnostic saying why, never an exception, so one bad task never fails
+the pipeline.
 
 This module imports nothing of Ray: Ray Data constructs and calls the class. An actor
 that dies mid-batch (node lost, OOM killer) leaves no product process: the products run
@@ -152,9 +153,9 @@ class Delegate:
         out["stop_reason"] = [record.stop_reason for record in records]
         out["answer"] = [record.answer for record in records]
         out["diagnostic"] = [record.diagnostic for record in records]
+        # The same object as a batch record's usage: every field, unreported ones null.
         out["usage"] = [
-            record.usage.model_dump_json(exclude_none=True) if record.usage else None
-            for record in records
+            record.usage.model_dump_json() if record.usage else None for record in records
         ]
         out["elapsed_seconds"] = [record.elapsed_seconds for record in records]
         out["changes"] = [
