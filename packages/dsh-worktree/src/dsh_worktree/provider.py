@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Final, Self
 
 import anyio
@@ -35,17 +36,26 @@ from pydantic import BaseModel
 
 from dsh_worktree._git import git_executable
 from dsh_worktree.errors import WorktreeError
-from dsh_worktree.lifecycle import ActiveWorktree, collect, create, new_run_id
+from dsh_worktree.lifecycle import (
+    ActiveWorktree,
+    check_root,
+    collect,
+    create,
+    new_run_id,
+    write_ready_marker,
+)
 from dsh_worktree.pool import WarmPool
-from dsh_worktree.recovery import recover
+from dsh_worktree.recovery import Recovered, recover
 from dsh_worktree.repo import (
     Repository,
     check_new_branch,
+    git_retrying,
     inspect_repository,
     open_repository,
     resolve_base,
 )
-from dsh_worktree.settings import Worktree
+from dsh_worktree.settings import DEFAULT_BRANCH, Worktree
+from dsh_worktree.task import branch_slug, current_task
 
 __all__ = ["START_FAILED", "WorktreeProvider", "WorktreeRun", "configured_cwd_of", "preflight"]
 
@@ -65,15 +75,56 @@ def configured_cwd_of(provider: SubagentProvider) -> str | None:
 async def preflight(cwd: str, settings: Worktree) -> None:
     """The start's bad-input checks, creating nothing: for a command line that must refuse
     before it starts anything (git on ``PATH``, a non-bare repository around ``cwd``, the
-    base ref, the branch name with a sample id, and the branch itself when the pattern
-    has no ``{id}``).
+    base ref, the worktree root, the branch name with a sample id, and the branch itself
+    when the pattern has no ``{id}``).
 
     Raises:
         WorktreeError: the first problem found.
     """
     repo = await open_repository(cwd, git_executable())
+    check_root(repo, settings.root_dir())
     await resolve_base(repo, settings.base)
     await check_new_branch(repo, settings.branch_for("0" * 12))
+
+
+def _announce(done: list[Recovered]) -> None:
+    """One line per abandoned worktree this start recovered (a host died mid-run)."""
+    for item in done:
+        if item.action == "committed":
+            _log.warning(
+                "recovered %s, left by a run whose host died: its changes are on branch %s",
+                item.path,
+                item.branch,
+            )
+        elif item.action != "busy":
+            _log.warning("recovered %s, left by a run whose host died: nothing to keep", item.path)
+
+
+def _branch_for(settings: Worktree, run_id: str, task: str | None) -> str:
+    """The run's branch: the default pattern names the task too (``dsh/<task>-<id>``)."""
+    slug = branch_slug(task) if task is not None else ""
+    if slug and settings.branch == DEFAULT_BRANCH:
+        return f"dsh/{slug}-{run_id}"
+    return settings.branch_for(run_id)
+
+
+async def _claimed_for_task(
+    active: ActiveWorktree, settings: Worktree, task: str
+) -> ActiveWorktree:
+    """A warm worktree claimed for ``task``: its marker names the task, and a branch it
+    waited on under the plain default name is renamed to name the task too."""
+    wanted = _branch_for(settings, active.run_id, task)
+    branch = active.branch
+    if wanted != branch:
+        renamed = await git_retrying(active.repo, active.path, "branch", "-m", branch, wanted)
+        if renamed.ok:
+            branch = wanted
+        else:
+            _log.warning(
+                "dsh-worktree: naming the branch for task failed: %s", renamed.first_line()
+            )
+    write_ready_marker(active.path, active.run_id, task)
+    return replace(active, branch=branch, task=task)
 
 
 class WorktreeProvider(SubagentProvider):
@@ -152,7 +203,8 @@ class WorktreeProvider(SubagentProvider):
         settings = self._settings
         pool = self._pool if self._pool is not None and self._pool.active else None
         run_id = new_run_id()
-        branch = settings.branch_for(run_id)
+        task = current_task()
+        branch = _branch_for(settings, run_id, task)
         active: ActiveWorktree | None = None
         if pool is not None:
             if branch.startswith("-"):
@@ -169,12 +221,14 @@ class WorktreeProvider(SubagentProvider):
         if active is None:
             await check_new_branch(repo, branch)
             try:
-                await recover(repo)
+                _announce(await recover(repo))
             except WorktreeError as exc:  # an old worktree must not block a new run
                 _log.warning("dsh-worktree: %s", exc.message)
-            active = await create(repo, settings, base, branch, run_id)
+            active = await create(repo, settings, base, branch, run_id, task)
             if pool is not None:
                 collector = pool.adopt(active)  # the pool grows by the worktrees runs need
+        elif task is not None:
+            active = await _claimed_for_task(active, settings, task)
         isolated = request.model_copy(
             update={"parent": request.parent.model_copy(update={"cwd": active.child_cwd()})}
         )
