@@ -328,6 +328,7 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--concurrency",
         type=_positive_int,
         default=None,
+        metavar="N",
         help="runs at a time (default: the CPU count here; the cluster's CPUs with --ray)",
     )
     batch.add_argument(
