@@ -114,6 +114,9 @@ class ActiveWorktree:
     keep: bool
     task: str | None = None
     """The task the run is for (:func:`dsh_worktree.for_task`), named on its commit."""
+    owns_branch: bool = True
+    """The branch was made for this run (deleted when it holds nothing new); ``False``
+    for a follow-up on an earlier run's branch, which always stays."""
 
     def child_cwd(self) -> str:
         """Where the product works: the worktree's counterpart of the delegation's cwd."""
@@ -245,20 +248,33 @@ async def create(
     branch: str | None,
     run_id: str,
     task: str | None = None,
+    *,
+    path: str | None = None,
+    existing: bool = False,
 ) -> ActiveWorktree:
     """Create the worktree at ``base`` on the new ``branch``, locked by this process.
 
     ``branch=None`` creates it with a detached ``HEAD`` (a warm pool's idle worktree;
-    its ``branch`` is then ``""``). A failure (or cancellation) part way removes
+    its ``branch`` is then ``""``). ``existing=True`` checks out ``branch`` itself, which
+    exists at ``base`` (a follow-up on an earlier run's branch), at ``path`` (default: a
+    new directory named ``run_id`` under the root). A failure (or cancellation) part way removes
     whatever was created.
 
     Raises:
         WorktreeError: git refused (one line with git's reason).
     """
-    path = _prepare_parent(repo, settings, run_id)
-    owner = current_owner(base, run_id)
-    active = ActiveWorktree(repo, path, branch or "", base, run_id, settings.keep, task)
-    where = ("-b", branch, path, base) if branch is not None else ("--detach", path, base)
+    fresh = _prepare_parent(repo, settings, run_id)
+    path = path or fresh
+    owner = current_owner(base, run_id, continues=existing)
+    active = ActiveWorktree(
+        repo, path, branch or "", base, run_id, settings.keep, task, owns_branch=not existing
+    )
+    if existing and branch is not None:
+        where: tuple[str, ...] = (path, branch)  # checks out the earlier run's branch itself
+    elif branch is not None:
+        where = ("-b", branch, path, base)
+    else:
+        where = ("--detach", path, base)
     try:
         async with repository_lock(repo):
             added = await git_retrying(
@@ -289,7 +305,7 @@ async def _discard(active: ActiveWorktree) -> None:
     with contextlib.suppress(WorktreeError):
         async with repository_lock(active.repo):
             await remove_locked(active.repo, active.path)
-            if active.branch:
+            if active.branch and active.owns_branch:
                 await delete_branch_locked(active.repo, active.branch, active.base)
 
 
@@ -411,7 +427,7 @@ async def collect(active: ActiveWorktree, provider: str, ended: str) -> Changes:
         else:
             _write_collected(active, tip)
             await remove_locked(repo, active.path)
-            if not changed:
+            if not changed and active.owns_branch:
                 await delete_branch_locked(repo, active.branch, active.base)
     return Changes(
         branch=active.branch,

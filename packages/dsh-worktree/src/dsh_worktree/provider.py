@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Final, Self
@@ -25,6 +26,7 @@ import anyio
 from dsh_subagent import (
     ERROR,
     Changes,
+    ContinuationHandle,
     ProgressStream,
     ResolvedSubagentStartRequest,
     SubagentCapabilities,
@@ -34,7 +36,7 @@ from dsh_subagent import (
 )
 from pydantic import BaseModel
 
-from dsh_worktree._git import git_executable
+from dsh_worktree._git import git, git_executable
 from dsh_worktree.errors import WorktreeError
 from dsh_worktree.lifecycle import (
     ActiveWorktree,
@@ -42,6 +44,7 @@ from dsh_worktree.lifecycle import (
     collect,
     create,
     new_run_id,
+    repository_dir,
     write_ready_marker,
 )
 from dsh_worktree.pool import WarmPool
@@ -127,6 +130,61 @@ async def _claimed_for_task(
     return replace(active, branch=branch, task=task)
 
 
+_RUN_DIR = re.compile(r"[0-9a-f]{12}")
+
+
+def _taken(path: str) -> bool:
+    return os.path.lexists(path)
+
+
+async def _continuing(
+    repo: Repository,
+    settings: Worktree,
+    resume: ContinuationHandle,
+    run_id: str,
+    task: str | None,
+) -> ActiveWorktree:
+    """The worktree of a follow-up of an isolated run: the earlier run's branch checked
+    out again (its commits are the base, the follow-up's changes are committed onto
+    it), in the earlier run's directory when the handle names one of this repository's
+    (a product may key its sessions by directory). A branch that no longer exists (the
+    earlier run changed nothing) gives a new branch at the configured base.
+
+    Raises:
+        WorktreeError: the earlier run's directory is still taken (a kept worktree), or
+            as :func:`create`.
+    """
+    where = resume.workspace
+    parent = repository_dir(settings.root_dir(), repo)
+    if where is None or os.path.dirname(where) != parent:
+        where = None  # not a worktree of this repository under this root: a new directory
+    elif not _RUN_DIR.fullmatch(os.path.basename(where)):
+        where = None
+    if where is not None and _taken(where):
+        raise WorktreeError(
+            f"the earlier run's worktree is still at {where} (kept?); remove it "
+            "(git worktree remove) to continue on its branch"
+        )
+    branch = resume.branch
+    tip = None
+    if branch is not None:
+        found = await git(
+            repo.toplevel, "rev-parse", "--verify", "--quiet", "--end-of-options",
+            f"refs/heads/{branch}^{{commit}}", executable=repo.git,
+        )  # fmt: skip
+        tip = found.stdout.strip() if found.ok else None
+    try:
+        _announce(await recover(repo))
+    except WorktreeError as exc:
+        _log.warning("dsh-worktree: %s", exc.message)
+    if branch is not None and tip:
+        return await create(repo, settings, tip, branch, run_id, task, path=where, existing=True)
+    base = await resolve_base(repo, settings.base)
+    fresh = _branch_for(settings, run_id, task)
+    await check_new_branch(repo, fresh)
+    return await create(repo, settings, base, fresh, run_id, task, path=where)
+
+
 class WorktreeProvider(SubagentProvider):
     """``inner`` with every run in a fresh git worktree of the cwd's repository.
 
@@ -206,7 +264,13 @@ class WorktreeProvider(SubagentProvider):
         task = current_task()
         branch = _branch_for(settings, run_id, task)
         active: ActiveWorktree | None = None
-        if pool is not None:
+        resume = request.resume
+        if resume is not None and resume.workspace is not None:
+            # A follow-up of an isolated run: on its branch, in its directory (no pool).
+            pool = None
+            repo = await open_repository(cwd, git_executable())
+            active = await _continuing(repo, settings, resume, run_id, task)
+        elif pool is not None:
             if branch.startswith("-"):
                 raise WorktreeError(f"{branch!r} is not a valid branch name")
             repo, base, active = await pool.claim_at(cwd, branch, run_id)
@@ -227,7 +291,7 @@ class WorktreeProvider(SubagentProvider):
             active = await create(repo, settings, base, branch, run_id, task)
             if pool is not None:
                 collector = pool.adopt(active)  # the pool grows by the worktrees runs need
-        elif task is not None:
+        elif task is not None and pool is not None:
             active = await _claimed_for_task(active, settings, task)
         isolated = request.model_copy(
             update={"parent": request.parent.model_copy(update={"cwd": active.child_cwd()})}
@@ -378,4 +442,12 @@ class WorktreeRun:
         collector = self._collector if self._collector is not None else collect
         changes: Changes = await collector(self._active, self._provider, ended)
         if result is not None:
-            self._result = result.model_copy(update={"changes": changes})
+            update: dict[str, object] = {"changes": changes}
+            if result.continuation is not None:
+                # A follow-up continues this run's work: in its directory, on its branch.
+                active = self._active
+                kept = changes.commit is not None or not active.owns_branch
+                update["continuation"] = result.continuation.model_copy(
+                    update={"workspace": active.path, "branch": active.branch if kept else None}
+                )
+            self._result = result.model_copy(update=update)

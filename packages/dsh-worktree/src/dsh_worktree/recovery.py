@@ -162,7 +162,7 @@ async def _recover_one(repo: Repository, item: OwnedWorktree) -> Recovered:
     branch = item.branch
     if item.missing:
         await remove_locked(repo, item.path)
-        if branch is not None:
+        if branch is not None and not item.owner.continues:
             await delete_branch_locked(repo, branch, base)
         return Recovered(item.path, branch, None, "pruned")
     if _in_use(item.path):
@@ -173,21 +173,26 @@ async def _recover_one(repo: Repository, item: OwnedWorktree) -> Recovered:
         # Its run was committed; the owner died while removing it (files may be gone).
         await remove_locked(repo, item.path)
         if collected == base:
-            await delete_branch_locked(repo, branch, base)
+            if not item.owner.continues:
+                await delete_branch_locked(repo, branch, base)
             return Recovered(item.path, branch, None, "empty")
         return Recovered(item.path, branch, collected, "committed")
     if branch is None or not is_ready(item.path):
         await remove_locked(repo, item.path)
-        if branch is not None:
+        if branch is not None and not item.owner.continues:
             await delete_branch_locked(repo, branch, base)
         return Recovered(item.path, branch, None, "discarded")
     # A warm pool's worktree names its current delegation in the ready marker.
     run_id = ready_run_id(item.path) or item.owner.id
-    active = ActiveWorktree(repo, item.path, branch, base, run_id, False, ready_task(item.path))
+    task = ready_task(item.path)
+    active = ActiveWorktree(
+        repo, item.path, branch, base, run_id, False, task, owns_branch=not item.owner.continues
+    )
     tip = await commit_all(active, "unknown (recovered)", RECOVERED_AS)
     await remove_locked(repo, item.path)
     if tip == base:
-        await delete_branch_locked(repo, branch, base)
+        if not item.owner.continues:
+            await delete_branch_locked(repo, branch, base)
         return Recovered(item.path, branch, None, "empty")
     return Recovered(item.path, branch, tip, "committed")
 
