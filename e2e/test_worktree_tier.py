@@ -27,6 +27,7 @@ import anyio
 import anyio.to_thread
 import psutil
 import pytest
+from acp_agent import codex_acp_or_skip
 from dsh_cli.cli import main
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
@@ -632,17 +633,10 @@ def test_bad_input_on_the_real_dsh_exits_2_before_anything_starts(
     assert not (setup.root / "home" / ".cache" / "dsh").exists()
 
 
-@pytest.mark.parametrize(
-    ("product", "tool"), [("codex", "subagent_codex"), ("claude-code", "subagent_claude_code")]
-)
-def test_a_follow_up_of_an_isolated_run_continues_on_its_branch(
-    setup: Setup, product: Product, tool: str
-) -> None:
-    # The real dsh, twice: the follow-up (--resume) works on the first run's branch, in
-    # a new worktree at the first run's directory, and commits onto that branch.
-    setup.codex_config["continuation"] = True
-    setup.claude_config["continuation"] = True
-    profile = str(setup.profile(isolated=True))
+def _follow_up_on_the_first_branch(setup: Setup, profile: str, tool: str) -> None:
+    """The real dsh, twice: a run, then its follow-up (``--resume``), which must work on
+    the first run's branch (a new worktree at the first run's directory) and commit onto
+    it."""
     before = setup.main_state()
     env = {**os.environ, **setup.env}
 
@@ -675,19 +669,60 @@ def test_a_follow_up_of_an_isolated_run_continues_on_its_branch(
     assert git(setup.repo, "show", f"{branch}:shared.txt") == (
         f"{line_for('cont1')}\n{line_for('append-cont2')}"
     )
-    # The product continued its own session: the follow-up's request carries the first turn.
-    bodies = [
-        json.dumps(r.body)
-        for r in (
-            setup.codex_model.requests if product == "codex" else setup.claude_model.requests()
-        )
-    ]
+    assert setup.main_state() == before
+    assert setup.worktrees() == [str(setup.repo)]
+    assert git(setup.repo, "branch", "--format=%(refname:short)").split() == [branch, "main"]
+
+
+def _continued(bodies: list[str]) -> None:
+    """The product continued its own session: the follow-up's requests carry the first turn."""
     follow_ups = [body for body in bodies if "WT-TASK append-cont2" in body]
     assert follow_ups
     assert all("WT-TASK cont1" in body for body in follow_ups)
-    assert setup.main_state() == before
-    assert setup.worktrees() == [str(setup.repo)]
-    assert [b for b in git(setup.repo, "branch", "--format=%(refname:short)").split()] == [
-        branch,
-        "main",
-    ]
+
+
+@pytest.mark.parametrize(
+    ("product", "tool"), [("codex", "subagent_codex"), ("claude-code", "subagent_claude_code")]
+)
+def test_a_follow_up_of_an_isolated_run_continues_on_its_branch(
+    setup: Setup, product: Product, tool: str
+) -> None:
+    setup.codex_config["continuation"] = True
+    setup.claude_config["continuation"] = True
+    _follow_up_on_the_first_branch(setup, str(setup.profile(isolated=True)), tool)
+    requests = setup.codex_model.requests if product == "codex" else setup.claude_model.requests()
+    _continued([json.dumps(r.body) for r in requests])
+
+
+def test_an_acp_agents_follow_up_of_an_isolated_run_continues_on_its_branch(
+    setup: Setup,
+) -> None:
+    # The real codex-acp (it advertises loadSession) on the same loopback Responses model.
+    command = codex_acp_or_skip()
+    env = responses.codex_keyless_env(setup.root / "acp")
+    responses.write_codex_config(
+        env["CODEX_HOME"],
+        setup.codex_model.base_url,
+        model="gpt-5.4-mini",  # a slug codex-acp knows
+        sandbox_mode="danger-full-access",
+    )
+    env["RUST_LOG"] = "warn"
+    config = {
+        "command": command,
+        "args": ["-c", "features.shell_snapshot=false"],
+        "permission": "allow",
+        "continuation": True,
+        "dispose_grace": 2.0,
+    }
+    profile = setup.root / "acp.toml"
+    profile.write_text(
+        '[[providers]]\ntype = "acp"\nprovider_name = "codex-acp"\n'
+        + _table("providers.config", config)
+        + "\n"
+        + _table("providers.config.env", dict(env))
+        + '\n[providers.worktree]\n\n[[tools]]\nname = "subagent_acp"\nprovider = "codex-acp"\n'
+        'background_mode = "disabled"\n',
+        encoding="utf-8",
+    )
+    _follow_up_on_the_first_branch(setup, str(profile), "subagent_acp")
+    _continued([json.dumps(r.body) for r in setup.codex_model.requests])
