@@ -31,7 +31,7 @@ GIT_STOP = Path(__file__).with_name("git_stop.py")
 
 
 def _git(box: Sandbox, cwd: Path, *args: str) -> str:
-    done = subprocess.run(  # noqa: TID251 - the test's own git, not a product
+    done = subprocess.run(
         ["git", *args], cwd=cwd, env=box.env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
