@@ -53,11 +53,12 @@ def _hold(words: list[str], argv: list[str]) -> None:
         with open(os.path.join(argv[-2], ".git"), encoding="utf-8") as handle:
             admin = handle.read().strip().removeprefix("gitdir: ")
         _take(os.path.join(admin, "index.lock"))
-    elif words in (["add"], ["commit"]):
+    elif words[0] in ("add", "commit", "status", "reset", "switch"):
         git_dir, common = _dirs()
         _take(os.path.join(git_dir, "index.lock"))
-        if words == ["commit"]:
+        if words[0] in ("commit", "reset", "switch"):
             _take(os.path.join(git_dir, "HEAD.lock"))
+        if words[0] == "commit":
             _take(_branch_lock(common, git_dir))
     elif words == ["worktree", "remove"]:
         # Git removes the tree file by file: a kill finds some of them gone already.

@@ -309,3 +309,40 @@ def test_the_next_run_recovers_a_killed_runs_worktree_in_one_line(
         f", left by a run whose host died: its changes are on branch {left}"
     )
     assert _git(sandbox, repo, "show", f"{left}:kept.txt").startswith("dsh-example/write kept.txt")
+
+
+# The git commands of `dsh batch --worktree -j 1` (a warm pool of one worktree) from the
+# first task's collection to the second task's claim.
+POOLED = ["status", "add", "commit", "update-ref --no-deref", "reset --quiet --hard", "clean",
+          "switch --quiet --create", "branch -m"]  # fmt: skip
+
+
+@pytest.mark.parametrize("step", POOLED)
+def test_a_kill_at_every_git_step_of_a_pooled_batch_is_recovered_with_nothing_lost(
+    sandbox: Sandbox, repo: Path, step: str
+) -> None:
+    ready = _stop_git_at(sandbox, step)
+    tasks = _tasks(
+        sandbox,
+        {"id": "a", "task": "dsh-example/write a.txt from task a"},
+        {"id": "b", "task": "dsh-example/write b.txt from task b"},
+    )
+    out = sandbox.root / "results.jsonl"
+    proc = start_dsh(sandbox, *_batch(sandbox, tasks, out, repo, "-j", "1"))
+    wait_for_file(ready, proc)
+    proc.kill()
+    proc.communicate(timeout=60)
+    _, alive = psutil.wait_procs(sandbox.survivors(), timeout=60)
+    assert alive == [], "a process outlived the killed dsh"
+    sandbox.env["STOPGIT_AT"] = ""
+
+    code, _, err = run(sandbox, "worktrees", "recover", str(repo))
+    assert code == 0, err
+    no_traceback(err)
+    assert _git(sandbox, repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert _git(sandbox, repo, "status", "--porcelain") == ""
+    # Task a's product wrote before every one of these steps; b's had not started yet.
+    (branch,) = _branches(sandbox, repo)
+    assert branch.startswith("dsh/a-"), branch
+    assert _git(sandbox, repo, "show", f"{branch}:a.txt") == "dsh-example/write a.txt from task a"
+    assert _git(sandbox, repo, "rev-list", "--count", f"main..{branch}") == "1"
