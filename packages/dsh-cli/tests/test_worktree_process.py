@@ -277,6 +277,12 @@ def test_a_kill_at_every_git_step_is_recovered_with_nothing_lost(
     assert code == 0, err
     no_traceback(err)
     assert stdout.splitlines()[-1].startswith("recover: "), stdout
+    taken = [line for line in err.splitlines() if line.startswith("dsh_worktree: took over ")]
+    if step in ("worktree add", "add", "commit"):  # the killed git held the index (and refs)
+        assert any("/index.lock, left by a git command of pid " in line for line in taken), err
+        assert all(line.endswith(", which is gone") for line in taken), err
+    else:
+        assert taken == [], err
     code, stdout, err = run(sandbox, "worktrees", "list", str(repo))
     assert (code, stdout) == (0, f"0 dsh worktree(s) in {repo}\n"), err
     assert _git(sandbox, repo, "worktree", "list", "--porcelain").count("worktree ") == 1
