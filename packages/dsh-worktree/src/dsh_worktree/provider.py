@@ -124,7 +124,9 @@ async def _claimed_for_task(
             branch = wanted
         else:
             _log.warning(
-                "dsh-worktree: naming the branch for task failed: %s", renamed.first_line()
+                "the branch %s keeps its name (naming it for its task failed: %s)",
+                branch,
+                renamed.first_line(),
             )
     write_ready_marker(active.path, active.run_id, task)
     return replace(active, branch=branch, task=task)
