@@ -68,6 +68,7 @@ _IDENTITY: Final = {
     "GIT_COMMITTER_NAME": COMMIT_AUTHOR,
     "GIT_COMMITTER_EMAIL": COMMIT_EMAIL,
 }
+_SUBMODULES_SAID: set[str] = set()
 _SHORTSTAT: Final = re.compile(r"(\d+) (file|insertion|deletion)")
 
 
@@ -232,8 +233,14 @@ def _mark_ready(active: ActiveWorktree) -> None:
         raise WorktreeError(f"git worktree add left no worktree at {active.path}")
     write_ready_marker(active.path, active.run_id, active.task)
     os.makedirs(active.child_cwd(), exist_ok=True)
-    if active.branch and os.path.exists(os.path.join(active.path, ".gitmodules")):
+    if (
+        active.branch
+        and active.repo.common_dir not in _SUBMODULES_SAID
+        and os.path.exists(os.path.join(active.path, ".gitmodules"))
+    ):
         # Not initialised on purpose: fetching them could need the network and credentials.
+        # Said once per repository and process (a batch would repeat it per worktree).
+        _SUBMODULES_SAID.add(active.repo.common_dir)
         _log.warning(
             "the worktree %s leaves the repository's submodules uninitialised "
             "(git submodule update --init in it if the run needs them)",

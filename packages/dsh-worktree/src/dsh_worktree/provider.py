@@ -153,8 +153,8 @@ async def _continuing(
     earlier run changed nothing) gives a new branch at the configured base.
 
     Raises:
-        WorktreeError: the earlier run's directory is still taken (a kept worktree), or
-            as :func:`create`.
+        WorktreeError: as :func:`create` (the branch is still checked out in a kept
+            worktree, say).
     """
     where = resume.workspace
     parent = repository_dir(settings.root_dir(), repo)
@@ -163,10 +163,9 @@ async def _continuing(
     elif not _RUN_DIR.fullmatch(os.path.basename(where)):
         where = None
     if where is not None and _taken(where):
-        raise WorktreeError(
-            f"the earlier run's worktree is still at {where} (kept?); remove it "
-            "(git worktree remove) to continue on its branch"
-        )
+        # Kept (then git refuses the branch checked out there, in one line) or reused by
+        # a warm pool: the follow-up works in a directory of its own.
+        where = None
     branch = resume.branch
     tip = None
     if branch is not None:
