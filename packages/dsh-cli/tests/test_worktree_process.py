@@ -23,6 +23,7 @@ import psutil
 import pytest
 from cli_sandbox import Sandbox, finish, no_traceback, run, wait_for_file
 from cli_sandbox import dsh as start_dsh
+from dsh_subagent import ContinuationHandle
 from dsh_worktree.testing import private_git_env
 
 HELD = "T-" + "0e0e0e01"
@@ -352,3 +353,28 @@ def test_a_kill_at_every_git_step_of_a_pooled_batch_is_recovered_with_nothing_lo
     assert branch.startswith("dsh/a-"), branch
     assert _git(sandbox, repo, "show", f"{branch}:a.txt") == "dsh-example/write a.txt from task a"
     assert _git(sandbox, repo, "rev-list", "--count", f"main..{branch}") == "1"
+
+
+def test_resuming_an_isolated_run_without_worktree_is_one_line(
+    sandbox: Sandbox, repo: Path
+) -> None:
+    # The handle of an isolated run names its worktree and branch: continuing it in the
+    # main checkout would lose sight of the earlier run's edits.
+    token = ContinuationHandle(
+        provider="example",
+        product="example",
+        session="s-1",
+        workspace=str(sandbox.root / "wt" / "0123456789ab"),
+        branch="dsh/0123456789ab",
+    ).dumps()
+    code, stdout, err = run(
+        sandbox, "run", str(sandbox.profile), "subagent_example", f"dsh-contract/1 hold {HELD}",
+        "--cwd", str(repo), "--resume", token,
+    )  # fmt: skip
+    assert code == 2, err
+    assert stdout == ""
+    assert err == (
+        "dsh: error: --resume: the handle continues an isolated run (its work is on branch "
+        "dsh/0123456789ab in a worktree); add --worktree\n"
+    )
+    assert not (sandbox.root / HELD).exists()
