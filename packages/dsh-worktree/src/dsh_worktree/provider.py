@@ -168,7 +168,7 @@ async def _continuing(
         where = None
     branch = resume.branch
     tip = None
-    if branch is not None:
+    if branch is not None and not branch.startswith("-"):  # never an option to git
         found = await git(
             repo.toplevel, "rev-parse", "--verify", "--quiet", "--end-of-options",
             f"refs/heads/{branch}^{{commit}}", executable=repo.git,
