@@ -48,7 +48,7 @@ from dsh_worktree.lifecycle import (
     write_ready_marker,
 )
 from dsh_worktree.pool import WarmPool
-from dsh_worktree.recovery import Recovered, recover
+from dsh_worktree.recovery import announce_recovered, recover
 from dsh_worktree.repo import (
     Repository,
     check_new_branch,
@@ -88,19 +88,6 @@ async def preflight(cwd: str, settings: Worktree) -> None:
     check_root(repo, settings.root_dir())
     await resolve_base(repo, settings.base)
     await check_new_branch(repo, settings.branch_for("0" * 12))
-
-
-def _announce(done: list[Recovered]) -> None:
-    """One line per abandoned worktree this start recovered (a host died mid-run)."""
-    for item in done:
-        if item.action == "committed":
-            _log.warning(
-                "recovered %s, left by a run whose host died: its changes are on branch %s",
-                item.path,
-                item.branch,
-            )
-        elif item.action != "busy":
-            _log.warning("recovered %s, left by a run whose host died: nothing to keep", item.path)
 
 
 def _branch_for(settings: Worktree, run_id: str, task: str | None) -> str:
@@ -175,7 +162,7 @@ async def _continuing(
         )  # fmt: skip
         tip = found.stdout.strip() if found.ok else None
     try:
-        _announce(await recover(repo))
+        announce_recovered(await recover(repo))
     except WorktreeError as exc:
         _log.warning("dsh-worktree: %s", exc.message)
     if branch is not None and tip:
@@ -286,7 +273,7 @@ class WorktreeProvider(SubagentProvider):
         if active is None:
             await check_new_branch(repo, branch)
             try:
-                _announce(await recover(repo))
+                announce_recovered(await recover(repo))
             except WorktreeError as exc:  # an old worktree must not block a new run
                 _log.warning("dsh-worktree: %s", exc.message)
             active = await create(repo, settings, base, branch, run_id, task)

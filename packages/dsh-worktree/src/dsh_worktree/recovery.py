@@ -36,6 +36,7 @@ from dsh_worktree.repo import Repository, git_retrying, open_repository, reposit
 __all__ = [
     "OwnedWorktree",
     "Recovered",
+    "announce_recovered",
     "list_worktrees",
     "prune",
     "recover",
@@ -217,6 +218,20 @@ async def recover(repo: Repository) -> list[Recovered]:
     if failures:
         raise WorktreeError("recovery failed for " + "; ".join(failures))
     return done
+
+
+def announce_recovered(done: list[Recovered]) -> None:
+    """One warning line per abandoned worktree a run (or a warm pool) recovered on its
+    way: what it did on the user's behalf is never silent."""
+    for item in done:
+        if item.action == "committed":
+            _log.warning(
+                "recovered %s, left by a run whose host died: its changes are on branch %s",
+                item.path,
+                item.branch,
+            )
+        elif item.action != "busy":
+            _log.warning("recovered %s, left by a run whose host died: nothing to keep", item.path)
 
 
 def _absolute(path: str) -> str:
