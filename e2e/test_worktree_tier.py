@@ -27,6 +27,7 @@ import anyio
 import anyio.to_thread
 import psutil
 import pytest
+from acp_agent import codex_acp_or_skip
 from dsh_cli.cli import main
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
@@ -58,7 +59,16 @@ def line_for(task_id: str) -> str:
 
 
 def command_for(task_id: str) -> str:
-    return f"printf '{line_for(task_id)}\\n' > shared.txt"
+    # A follow-up ("append-..." ids) adds its line to what the earlier run wrote.
+    into = ">>" if task_id.startswith("append") else ">"
+    return f"printf '{line_for(task_id)}\\n' {into} shared.txt"
+
+
+def _current_task(text: str) -> str | None:
+    """The task a request is for: the last marker (a follow-up's request also carries the
+    earlier turn, whose marker comes first)."""
+    found = MARKER.findall(text)
+    return found[-1] if found else None
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -82,11 +92,10 @@ class Router:
             with self.lock:
                 self.answered.append(read_only.group(1))
             return responses.PlainAnswer(f"READ-{read_only.group(1)}", "final_answer")
-        found = MARKER.search(json.dumps(request.body))
-        if found is None:
+        task_id = _current_task(json.dumps(request.body))
+        if task_id is None:
             return None
-        task_id = found.group(1)
-        if not request.function_call_outputs():
+        if f"call_{task_id}" not in json.dumps(request.body):
             command = command_for(task_id)
             return responses.FunctionCall(
                 (
@@ -104,11 +113,10 @@ class Router:
 
     def claude(self, request: messages.RecordedRequest) -> messages.Behaviour | None:
         text = json.dumps(request.body)
-        found = MARKER.search(text)
-        if found is None:
+        task_id = _current_task(text)
+        if task_id is None:
             return None
-        task_id = found.group(1)
-        if '"tool_result"' not in text:
+        if f"toolu_{task_id}" not in text:
             return messages.ToolUse("Bash", {"command": command_for(task_id)}, f"toolu_{task_id}")
         if task_id in self.hold:
             return messages.Hold()
@@ -623,3 +631,98 @@ def test_bad_input_on_the_real_dsh_exits_2_before_anything_starts(
     assert git(setup.repo, "branch", "--list") == branches
     assert setup.worktrees() == [str(setup.repo)]
     assert not (setup.root / "home" / ".cache" / "dsh").exists()
+
+
+def _follow_up_on_the_first_branch(setup: Setup, profile: str, tool: str) -> None:
+    """The real dsh, twice: a run, then its follow-up (``--resume``), which must work on
+    the first run's branch (a new worktree at the first run's directory) and commit onto
+    it."""
+    before = setup.main_state()
+    env = {**os.environ, **setup.env}
+
+    def dsh(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(DSH), "run", profile, tool, *argv, "--cwd", str(setup.repo), "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=DEADLINE,
+        )
+
+    with ProcessWatch() as watch:
+        first = dsh(task_text("cont1"))
+        assert first.returncode == 0, first.stderr
+        record = json.loads(first.stdout)
+        follow = dsh(task_text("append-cont2"), "--resume", record["continuation"])
+        assert follow.returncode == 0, follow.stderr
+        alive = watch.alive()
+    assert alive == []
+    assert record["answer"] == "EDITED-cont1"
+    branch, commit = record["changes"]["branch"], record["changes"]["commit"]
+    assert git(setup.repo, "show", f"{commit}:shared.txt") == line_for("cont1")
+    again = json.loads(follow.stdout)
+    assert again["answer"] == "EDITED-append-cont2"
+    changes = again["changes"]
+    assert (changes["branch"], changes["base"]) == (branch, commit)
+    assert git(setup.repo, "rev-parse", branch) == changes["commit"]
+    assert git(setup.repo, "rev-parse", f"{branch}^") == commit  # onto the first run's commit
+    assert git(setup.repo, "show", f"{branch}:shared.txt") == (
+        f"{line_for('cont1')}\n{line_for('append-cont2')}"
+    )
+    assert setup.main_state() == before
+    assert setup.worktrees() == [str(setup.repo)]
+    assert git(setup.repo, "branch", "--format=%(refname:short)").split() == [branch, "main"]
+
+
+def _continued(bodies: list[str]) -> None:
+    """The product continued its own session: the follow-up's requests carry the first turn."""
+    follow_ups = [body for body in bodies if "WT-TASK append-cont2" in body]
+    assert follow_ups
+    assert all("WT-TASK cont1" in body for body in follow_ups)
+
+
+@pytest.mark.parametrize(
+    ("product", "tool"), [("codex", "subagent_codex"), ("claude-code", "subagent_claude_code")]
+)
+def test_a_follow_up_of_an_isolated_run_continues_on_its_branch(
+    setup: Setup, product: Product, tool: str
+) -> None:
+    setup.codex_config["continuation"] = True
+    setup.claude_config["continuation"] = True
+    _follow_up_on_the_first_branch(setup, str(setup.profile(isolated=True)), tool)
+    requests = setup.codex_model.requests if product == "codex" else setup.claude_model.requests()
+    _continued([json.dumps(r.body) for r in requests])
+
+
+def test_an_acp_agents_follow_up_of_an_isolated_run_continues_on_its_branch(
+    setup: Setup,
+) -> None:
+    # The real codex-acp (it advertises loadSession) on the same loopback Responses model.
+    command = codex_acp_or_skip()
+    env = responses.codex_keyless_env(setup.root / "acp")
+    responses.write_codex_config(
+        env["CODEX_HOME"],
+        setup.codex_model.base_url,
+        model="gpt-5.4-mini",  # a slug codex-acp knows
+        sandbox_mode="danger-full-access",
+    )
+    env["RUST_LOG"] = "warn"
+    config = {
+        "command": command,
+        "args": ["-c", "features.shell_snapshot=false"],
+        "permission": "allow",
+        "continuation": True,
+        "dispose_grace": 2.0,
+    }
+    profile = setup.root / "acp.toml"
+    profile.write_text(
+        '[[providers]]\ntype = "acp"\nprovider_name = "codex-acp"\n'
+        + _table("providers.config", config)
+        + "\n"
+        + _table("providers.config.env", dict(env))
+        + '\n[providers.worktree]\n\n[[tools]]\nname = "subagent_acp"\nprovider = "codex-acp"\n'
+        'background_mode = "disabled"\n',
+        encoding="utf-8",
+    )
+    _follow_up_on_the_first_branch(setup, str(profile), "subagent_acp")
+    _continued([json.dumps(r.body) for r in setup.codex_model.requests])

@@ -253,7 +253,7 @@ def test_a_batch_of_scripted_tasks_writes_one_record_each_and_plain_lines(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--concurrency", "0"], "argument --concurrency: must be positive: '0'"),
+        (["--concurrency", "0"], "argument -j/--concurrency: must be positive: '0'"),
         (["--ray-retries", "-1"], "argument --ray-retries: must be 0 or more: '-1'"),
     ],
 )

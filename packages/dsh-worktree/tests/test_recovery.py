@@ -20,7 +20,7 @@ from dsh_worktree import (
     recover_repository,
 )
 from dsh_worktree._git import git_executable
-from dsh_worktree.lifecycle import create, new_run_id
+from dsh_worktree.lifecycle import collect, create, new_run_id
 from dsh_worktree.owner import Owner, current_owner, parse_reason
 from dsh_worktree.repo import resolve_base
 from dsh_worktree.testing import git_out
@@ -207,4 +207,48 @@ async def test_a_host_killed_with_a_warm_pool_is_recovered(repo: Path, tmp_path:
     assert claimed.branch is not None
     run_id = claimed.branch.removeprefix("dsh/")
     assert f"Delegation: {run_id}" in message  # the claimed run, not the warm slot
+    assert _worktrees(repo) == [str(repo)]
+
+
+@pytest.mark.parametrize(
+    ("state", "action"),
+    [("unchanged", "empty"), ("half-created", "discarded"), ("vanished", "pruned")],
+)
+async def test_a_follow_ups_worktree_never_takes_the_earlier_runs_branch_with_it(
+    repo: Path, state: str, action: str
+) -> None:
+    # A follow-up checks out the earlier run's branch itself; its owner died. Whatever
+    # recovery finds, that branch stays where the earlier run left it.
+    repository = await open_repository(str(repo), git_executable())
+    base = await resolve_base(repository, "HEAD")
+    git_out(repo, "branch", "dsh/earlier")
+    run_id = new_run_id()
+    active = await create(repository, Worktree(), base, "dsh/earlier", run_id, existing=True)
+    path = Path(active.path)
+    await _relock(repo, path, Owner("-", "-", 0, "-", base, run_id, continues=True))
+    if state == "half-created":
+        (Path(git_out(path, "rev-parse", "--absolute-git-dir")) / "dsh-worktree-ready").unlink()
+    elif state == "vanished":
+        import shutil
+
+        shutil.rmtree(path)
+
+    (item,) = await recover(repository)
+
+    assert (item.action, item.branch) == (action, "dsh/earlier")
+    assert git_out(repo, "rev-parse", "dsh/earlier") == base
+    assert _worktrees(repo) == [str(repo)]
+
+
+async def test_an_unchanged_follow_up_keeps_the_earlier_runs_branch(repo: Path) -> None:
+    repository = await open_repository(str(repo), git_executable())
+    base = await resolve_base(repository, "HEAD")
+    git_out(repo, "branch", "dsh/earlier")
+    active = await create(repository, Worktree(), base, "dsh/earlier", new_run_id(), existing=True)
+    assert not active.owns_branch
+
+    changes = await collect(active, "scripted", "completed")
+
+    assert (changes.branch, changes.commit) == ("dsh/earlier", None)
+    assert git_out(repo, "rev-parse", "dsh/earlier") == base
     assert _worktrees(repo) == [str(repo)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from dsh_subagent import (
     ABORTED,
     COMPLETED,
     NO_START_CAPABILITIES,
+    ContinuationHandle,
     ResolvedSubagentStartRequest,
     SubagentCapabilities,
     SubagentProvider,
@@ -93,3 +95,49 @@ class EditingProvider(SubagentProvider):
         if self._start_error is not None:
             raise self._start_error
         return EditingRun(self._stop_reason, self._hold, request)
+
+
+class ContinuingProvider(EditingProvider):
+    """:class:`EditingProvider` whose completed runs offer a continuation handle (session
+    ``s-<n>``), and which records the handle each start continues."""
+
+    def __init__(self, edits: list[Edit]) -> None:
+        super().__init__(name="continuing")
+        self._edits = edits
+        self.resumed: list[ContinuationHandle | None] = []
+
+    @property
+    def capabilities(self) -> SubagentCapabilities:
+        return dataclasses.replace(NO_START_CAPABILITIES, continuation=True)
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        assert request.parent.cwd is not None
+        self.cwds.append(request.parent.cwd)
+        self.resumed.append(request.resume)
+        self._edits[len(self.cwds) - 1](Path(request.parent.cwd))
+        session = f"s-{len(self.cwds)}"
+        return _HandleRun(
+            EditingRun(COMPLETED, False, request),
+            ContinuationHandle(provider=self.name, product="editing", session=session),
+        )
+
+
+class _HandleRun:
+    def __init__(self, inner: EditingRun, handle: ContinuationHandle) -> None:
+        self._inner = inner
+        self._handle = handle
+
+    @property
+    def id(self) -> str:
+        return self._inner.id
+
+    @property
+    def local_agent(self) -> object | None:
+        return None
+
+    async def result(self) -> SubagentResult:
+        done = await self._inner.result()
+        return done.model_copy(update={"continuation": self._handle})
+
+    async def dispose(self) -> None:
+        await self._inner.dispose()

@@ -50,6 +50,7 @@ from dsh_subagent import (
     TextBlock,
     Usage,
 )
+from dsh_worktree import for_task
 
 from dsh_cli.batch_checks import check_base, check_out_path, check_task_cwds
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, TaskList, read_tasks
@@ -57,6 +58,7 @@ from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import ProfileError, UsageError
 from dsh_cli.isolation import (
     add_worktree_flags,
+    check_branch_count,
     check_isolation,
     isolate_from_flags,
     worktree_from_flags,
@@ -239,11 +241,13 @@ async def run_task(
         budget=budget,
     )
     try:
-        if gate is None:
-            run = await service.start(provider, request)
-        else:
-            async with gate.passage():
+        # An isolated run names the task on its commit and in its branch (dsh-worktree).
+        with for_task(task.id):
+            if gate is None:
                 run = await service.start(provider, request)
+            else:
+                async with gate.passage():
+                    run = await service.start(provider, request)
     except SubagentError as exc:
         return (
             None if cancel.aborted else record(ERROR, diagnostic=f"could not start: {exc.message}")
@@ -320,9 +324,11 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--instance", action="store_true", help="treat TARGET as an instance name only"
     )
     batch.add_argument(
+        "-j",
         "--concurrency",
         type=_positive_int,
         default=None,
+        metavar="N",
         help="runs at a time (default: the CPU count here; the cluster's CPUs with --ray)",
     )
     batch.add_argument(
@@ -393,12 +399,14 @@ def cmd_batch(
     # A bounded batch reuses its worktrees: a pool as large as its concurrency.
     warm = args.concurrency or default_concurrency()
     composition = isolate_from_flags(composition, provider, args, warm=warm)
+    settings = worktree if worktree is not None else composition.provider(provider).worktree
     results = ResultsFile(args.out)
     results.open()  # the lock is held from here to the end of the batch
     try:
         todo = _plan(args, task_list, results, err)
         if files is None and any(FILES_PLACEHOLDER in (task.cwd or "") for task in todo):
             raise UsageError(f"a task cwd uses {FILES_PLACEHOLDER}: pass --files DIR")
+        check_branch_count(settings, len(todo))
         if base is not None:  # with --ray, task cwds are paths on the nodes
             cwds = [(task, task_cwd(task, base, files)) for task in todo]
             check_task_cwds(cwds, task_list.line_of, args.tasks)
@@ -483,7 +491,9 @@ def _report(summary: Summary, bad: int, out_path: str, results: ResultsFile, err
         parts.append(f"{summary.not_run} not recorded")
     totals = results.usage.describe()
     tail = f"; {totals}" if totals else ""
-    print(f"dsh: batch: {', '.join(parts)}; results in {out_path}{tail}", file=err)
+    # A results file this batch created and never wrote to is removed at close.
+    where = f"results in {out_path}" if results.kept else f"nothing written to {out_path}"
+    print(f"dsh: batch: {', '.join(parts)}; {where}{tail}", file=err)
     if summary.error is not None:
         print(f"dsh: batch failed: {summary.error}", file=err)
         return EXIT_FAILED

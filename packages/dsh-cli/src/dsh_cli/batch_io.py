@@ -265,6 +265,11 @@ class ResultsFile:
                 continue
             self.latest[record.id] = record
 
+    @property
+    def kept(self) -> bool:
+        """The file stays after :meth:`close` (it existed before, or a record was written)."""
+        return not self._created or self._appended
+
     def append(self, record: BatchRecord) -> None:
         """Append one record as one write of one whole line."""
         if self._fd is None:

@@ -24,6 +24,7 @@ from dsh_cli.profile import describe_validation_error
 
 __all__ = [
     "add_worktree_flags",
+    "check_branch_count",
     "check_isolation",
     "isolate",
     "isolate_from_flags",
@@ -138,6 +139,22 @@ def isolate_from_flags(
         return isolate(composition, provider, settings)
     except WorktreeError as exc:
         raise UsageError(exc.message) from None
+
+
+def check_branch_count(settings: Worktree | None, runs: int) -> None:
+    """Refuse a branch name without ``{id}`` for more than one run: the second run would
+    find the first one's branch taken.
+
+    Raises:
+        UsageError: naming the branch and the number of runs.
+    """
+    if settings is None or runs < 2:
+        return
+    if settings.branch_for("0") == settings.branch_for("1"):
+        raise UsageError(
+            f"--worktree-branch {settings.branch!r} names one branch for {runs} tasks; "
+            "give a pattern with {id} (the default is dsh/{id}); nothing started"
+        )
 
 
 def check_isolation(composition: Composition, provider: str, cwds: Iterable[str]) -> None:

@@ -5,7 +5,8 @@ at INFO, one line per record, on ``dsh_subprocess.stderr`` and under ``dsh.produ
 (``dsh.product.codex``, ...). ``dsh`` owns the host side:
 
 * without ``-v`` product lines are dropped (a product's noise never mixes with dsh's own
-  lines, the demo included) and other records are shown from ERROR up;
+  lines, the demo included) and other records are shown from ERROR up (dsh-worktree's
+  from WARNING up: what isolation accepted on the user's behalf);
 * with ``-v`` product lines are shown, and other records from WARNING up.
 
 Shown records go to the command's stderr as ``<logger>: <message>``.
@@ -24,6 +25,17 @@ PRODUCT_LOGGERS: Final = ("dsh.product", "dsh_subprocess.stderr")
 """Loggers (with their children) that carry products' own stderr lines."""
 
 
+_ALWAYS_WARNED: Final = ("dsh_worktree",)
+"""Loggers whose warnings are shown without ``-v``: what worktree isolation accepted on
+the user's behalf (submodules left uninitialised, an abandoned worktree recovered)."""
+
+
+def _quiet(record: logging.LogRecord) -> bool:
+    if record.levelno >= logging.ERROR:
+        return True
+    return record.name.split(".")[0] in _ALWAYS_WARNED
+
+
 @contextmanager
 def cli_logging(*, verbose: bool, stream: TextIO) -> Iterator[logging.StreamHandler[TextIO]]:
     """Route logging to ``stream`` for one command; everything is restored on exit.
@@ -33,7 +45,9 @@ def cli_logging(*, verbose: bool, stream: TextIO) -> Iterator[logging.StreamHand
     """
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-    handler.setLevel(logging.INFO if verbose else logging.ERROR)
+    handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    if not verbose:
+        handler.addFilter(_quiet)
     root = logging.getLogger()
     products = [logging.getLogger(name) for name in PRODUCT_LOGGERS]
     saved = [(logger.level, logger.propagate) for logger in products]

@@ -375,6 +375,13 @@ def cmd_run(
     composition = isolate_from_flags(composition, provider, args)
     cwd = os.path.abspath(args.cwd)
     check_isolation(composition, provider, [cwd])
+    isolated = composition.provider(provider).worktree is not None
+    if resume is not None and resume.workspace is not None and not isolated:
+        on = f" on branch {resume.branch}" if resume.branch else ""
+        raise UsageError(
+            f"--resume: the handle continues an isolated run (its work is{on} in a "
+            "worktree); add --worktree"
+        )
     if args.background:
         row = next((t for t in composition.tools if t.name == args.target), None)
         if args.instance or row is None or row.background_mode != "one-shot":

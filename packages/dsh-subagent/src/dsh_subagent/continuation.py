@@ -73,6 +73,11 @@ class ContinuationHandle(BaseModel):
         product: The product's slug (``codex``, ``claude-code``, ``acp``, ...).
         session: The product's own session id (a Codex thread, a Claude Code session,
             an ACP session).
+        workspace: Set by an isolating wrapper (dsh-worktree): the directory the run
+            worked in, where a follow-up works again (a product may key its sessions
+            by directory). ``None`` for a run that worked in its own cwd.
+        branch: Set by an isolating wrapper: the branch holding the run's changes, which
+            a follow-up continues (``None``: no branch holds them).
 
     :meth:`dumps` / :meth:`loads` give the string form ``dshc1.<base64url JSON>`` that
     ``dsh run --resume`` takes and ``dsh run --json`` prints.
@@ -82,10 +87,13 @@ class ContinuationHandle(BaseModel):
     provider: Annotated[str, Field(min_length=1, max_length=200)]
     product: SafeId
     session: SafeId
+    workspace: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    branch: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
 
     def dumps(self) -> str:
         """The handle as one printable token."""
-        raw = self.model_dump_json().encode()
+        # Unset isolation fields stay out: a plain run's token is as it always was.
+        raw = self.model_dump_json(exclude_none=True).encode()
         return HANDLE_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @classmethod

@@ -22,6 +22,7 @@ from dsh_worktree.recovery import (
 )
 from dsh_worktree.repo import Repository, open_repository
 from dsh_worktree.settings import DEFAULT_BRANCH, MAX_WARM, Worktree, default_root
+from dsh_worktree.task import TASK_TRAILER, for_task
 
 logging.getLogger("dsh_worktree").addHandler(logging.NullHandler())
 
@@ -30,6 +31,7 @@ __all__ = [
     "COMMIT_EMAIL",
     "DEFAULT_BRANCH",
     "MAX_WARM",
+    "TASK_TRAILER",
     "OwnedWorktree",
     "Recovered",
     "Repository",
@@ -39,6 +41,7 @@ __all__ = [
     "WorktreeRun",
     "commit_message",
     "default_root",
+    "for_task",
     "list_worktrees",
     "open_repository",
     "preflight",

@@ -27,20 +27,25 @@ from dsh_worktree.errors import WorktreeError
 from dsh_worktree.owner import Owner, current_owner
 from dsh_worktree.repo import Repository, git_retrying, repository_lock
 from dsh_worktree.settings import Worktree
+from dsh_worktree.task import TASK_TRAILER, trailer_value
 
 __all__ = [
+    "COLLECTED_MARKER",
     "COMMIT_AUTHOR",
     "COMMIT_EMAIL",
     "READY_MARKER",
     "ActiveWorktree",
     "admin_dir",
+    "check_root",
     "collect",
+    "collected_tip",
     "commit_and_count",
     "commit_message",
     "create",
     "kept_for_recovery",
     "new_run_id",
     "ready_run_id",
+    "ready_task",
     "repository_dir",
     "write_ready_marker",
 ]
@@ -49,6 +54,10 @@ _log = logging.getLogger("dsh_worktree")
 
 COMMIT_AUTHOR: Final = "dsh-worktree"
 COMMIT_EMAIL: Final = "dsh-worktree@localhost"
+COLLECTED_MARKER: Final = "dsh-worktree-collected"
+"""Written into the worktree's git administrative directory (naming the branch's tip)
+once its run's changes are committed, before it is removed: a recovery after a death
+during removal must not commit the half-removed tree as the run's deletions."""
 READY_MARKER: Final = "dsh-worktree-ready"
 """Written into the worktree's git administrative directory once it is fully checked out;
 a worktree without it was being created when its owner died and holds no run's work."""
@@ -59,6 +68,7 @@ _IDENTITY: Final = {
     "GIT_COMMITTER_NAME": COMMIT_AUTHOR,
     "GIT_COMMITTER_EMAIL": COMMIT_EMAIL,
 }
+_SUBMODULES_SAID: set[str] = set()
 _SHORTSTAT: Final = re.compile(r"(\d+) (file|insertion|deletion)")
 
 
@@ -74,14 +84,23 @@ def repository_dir(root: str, repo: Repository) -> str:
     return os.path.join(root, f"{name}-{digest}")
 
 
-def commit_message(run_id: str, provider: str, ended: str, base: str) -> str:
-    """The fixed message of the commit that keeps a run's changes."""
-    return (
+def commit_message(
+    run_id: str, provider: str, ended: str, base: str, task: str | None = None
+) -> str:
+    """The fixed message of the commit that keeps a run's changes.
+
+    With ``task`` (see :func:`dsh_worktree.for_task`) the message ends with the git
+    trailer ``Dsh-Task: <task>`` (``git log --format='%(trailers:key=Dsh-Task)'``).
+    """
+    message = (
         f"dsh: changes of delegation {run_id} ({ended})\n\n"
         "Everything the delegated run left in its worktree, committed by dsh-worktree\n"
         "after the run settled and its process tree had exited.\n\n"
         f"Delegation: {run_id}\nProvider: {provider}\nRun ended: {ended}\nBase: {base}\n"
     )
+    if task is not None:
+        message += f"\n{TASK_TRAILER}: {trailer_value(task)}\n"
+    return message
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +113,11 @@ class ActiveWorktree:
     base: str
     run_id: str
     keep: bool
+    task: str | None = None
+    """The task the run is for (:func:`dsh_worktree.for_task`), named on its commit."""
+    owns_branch: bool = True
+    """The branch was made for this run (deleted when it holds nothing new); ``False``
+    for a follow-up on an earlier run's branch, which always stays."""
 
     def child_cwd(self) -> str:
         """Where the product works: the worktree's counterpart of the delegation's cwd."""
@@ -116,62 +140,148 @@ def is_ready(path: str) -> bool:
     return admin is not None and os.path.exists(os.path.join(admin, READY_MARKER))
 
 
+def _ready_lines(path: str) -> list[str]:
+    admin = admin_dir(path)
+    if admin is None:
+        return []
+    try:
+        with open(os.path.join(admin, READY_MARKER), encoding="utf-8") as handle:
+            return handle.read(4096).splitlines()
+    except OSError:
+        return []
+
+
 def ready_run_id(path: str) -> str | None:
     """The delegation id the worktree's ready marker names (``None`` without a marker)."""
+    lines = _ready_lines(path)
+    return (lines[0].strip() or None) if lines else None
+
+
+def ready_task(path: str) -> str | None:
+    """The task the worktree's ready marker names (its second line), or ``None``."""
+    lines = _ready_lines(path)
+    return lines[1].removeprefix("task ") if len(lines) > 1 and lines[1] else None
+
+
+def write_ready_marker(path: str, run_id: str, task: str | None = None) -> None:
+    """Name ``run_id`` (and its ``task``) in the worktree's ready marker (a warm worktree
+    claimed by a run; a recovery commits with them)."""
+    admin = admin_dir(path)
+    if admin is None:
+        raise WorktreeError(f"no worktree at {path}")
+    tail = f"task {trailer_value(task)}\n" if task is not None else ""
+    with open(os.path.join(admin, READY_MARKER), "w", encoding="utf-8") as handle:
+        handle.write(run_id + "\n" + tail)
+
+
+def check_root(repo: Repository, root: str) -> None:
+    """Refuse a worktree root inside the repository's working tree, or one that is not a
+    directory this process can create or write (checked without creating anything).
+
+    Raises:
+        WorktreeError: naming the root.
+    """
+    real = os.path.realpath(root)
+    if real == repo.toplevel or real.startswith(repo.toplevel.rstrip("/") + "/"):
+        raise WorktreeError(
+            f"the worktree root must be outside the repository's working tree: {root}"
+        )
+    existing = real
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise WorktreeError(f"the worktree root is not a directory: {root} ({existing} is a file)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise WorktreeError(f"the worktree root cannot be written: {root} ({existing})")
+
+
+def _write_collected(active: ActiveWorktree, tip: str) -> None:
+    admin = admin_dir(active.path)
+    if admin is not None:
+        with open(os.path.join(admin, COLLECTED_MARKER), "w", encoding="utf-8") as handle:
+            handle.write(tip + "\n")
+
+
+def collected_tip(path: str) -> str | None:
+    """The tip the worktree's collected marker names: its run's changes are on the branch
+    and only its removal was left (``None`` without the marker)."""
     admin = admin_dir(path)
     if admin is None:
         return None
     try:
-        with open(os.path.join(admin, READY_MARKER), encoding="utf-8") as handle:
-            return handle.read().strip() or None
+        with open(os.path.join(admin, COLLECTED_MARKER), encoding="utf-8") as handle:
+            tip = handle.read(256).strip()
     except OSError:
         return None
-
-
-def write_ready_marker(path: str, run_id: str) -> None:
-    """Name ``run_id`` in the worktree's ready marker (a warm worktree claimed by a run)."""
-    admin = admin_dir(path)
-    if admin is None:
-        raise WorktreeError(f"no worktree at {path}")
-    with open(os.path.join(admin, READY_MARKER), "w", encoding="utf-8") as handle:
-        handle.write(run_id + "\n")
+    return tip or None
 
 
 def _prepare_parent(repo: Repository, settings: Worktree, run_id: str) -> str:
+    check_root(repo, settings.root_dir())
     parent = repository_dir(settings.root_dir(), repo)
-    real_parent = os.path.realpath(parent)
-    if real_parent == repo.toplevel or real_parent.startswith(repo.toplevel.rstrip("/") + "/"):
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
         raise WorktreeError(
-            "the worktree root must be outside the repository's working tree: "
-            f"{settings.root_dir()}"
-        )
-    os.makedirs(parent, exist_ok=True)
+            f"the worktree root cannot be written: {settings.root_dir()} ({exc.strerror})"
+        ) from None
     return os.path.join(parent, run_id)
 
 
 def _mark_ready(active: ActiveWorktree) -> None:
     if admin_dir(active.path) is None:
         raise WorktreeError(f"git worktree add left no worktree at {active.path}")
-    write_ready_marker(active.path, active.run_id)
+    write_ready_marker(active.path, active.run_id, active.task)
     os.makedirs(active.child_cwd(), exist_ok=True)
+    if (
+        active.branch
+        and active.repo.common_dir not in _SUBMODULES_SAID
+        and os.path.exists(os.path.join(active.path, ".gitmodules"))
+    ):
+        # Not initialised on purpose: fetching them could need the network and credentials.
+        # Said once per repository and process (a batch would repeat it per worktree).
+        _SUBMODULES_SAID.add(active.repo.common_dir)
+        _log.warning(
+            "the worktree %s leaves the repository's submodules uninitialised "
+            "(git submodule update --init in it if the run needs them)",
+            active.path,
+        )
 
 
 async def create(
-    repo: Repository, settings: Worktree, base: str, branch: str | None, run_id: str
+    repo: Repository,
+    settings: Worktree,
+    base: str,
+    branch: str | None,
+    run_id: str,
+    task: str | None = None,
+    *,
+    path: str | None = None,
+    existing: bool = False,
 ) -> ActiveWorktree:
     """Create the worktree at ``base`` on the new ``branch``, locked by this process.
 
     ``branch=None`` creates it with a detached ``HEAD`` (a warm pool's idle worktree;
-    its ``branch`` is then ``""``). A failure (or cancellation) part way removes
+    its ``branch`` is then ``""``). ``existing=True`` checks out ``branch`` itself, which
+    exists at ``base`` (a follow-up on an earlier run's branch), at ``path`` (default: a
+    new directory named ``run_id`` under the root). A failure (or cancellation) part way removes
     whatever was created.
 
     Raises:
         WorktreeError: git refused (one line with git's reason).
     """
-    path = _prepare_parent(repo, settings, run_id)
-    owner = current_owner(base, run_id)
-    active = ActiveWorktree(repo, path, branch or "", base, run_id, settings.keep)
-    where = ("-b", branch, path, base) if branch is not None else ("--detach", path, base)
+    fresh = _prepare_parent(repo, settings, run_id)
+    path = path or fresh
+    owner = current_owner(base, run_id, continues=existing)
+    active = ActiveWorktree(
+        repo, path, branch or "", base, run_id, settings.keep, task, owns_branch=not existing
+    )
+    if existing and branch is not None:
+        where: tuple[str, ...] = (path, branch)  # checks out the earlier run's branch itself
+    elif branch is not None:
+        where = ("-b", branch, path, base)
+    else:
+        where = ("--detach", path, base)
     try:
         async with repository_lock(repo):
             added = await git_retrying(
@@ -202,7 +312,7 @@ async def _discard(active: ActiveWorktree) -> None:
     with contextlib.suppress(WorktreeError):
         async with repository_lock(active.repo):
             await remove_locked(active.repo, active.path)
-            if active.branch:
+            if active.branch and active.owns_branch:
                 await delete_branch_locked(active.repo, active.branch, active.base)
 
 
@@ -256,7 +366,7 @@ async def commit_all(active: ActiveWorktree, provider: str, ended: str) -> str:
             "--no-verify",
             "--allow-empty-message",
             "-m",
-            commit_message(active.run_id, provider, ended, active.base),
+            commit_message(active.run_id, provider, ended, active.base, active.task),
             env=_IDENTITY,
         )
         if not committed.ok:
@@ -322,8 +432,9 @@ async def collect(active: ActiveWorktree, provider: str, ended: str) -> Changes:
         if active.keep:
             await git_retrying(repo, repo.toplevel, "worktree", "unlock", active.path)
         else:
+            _write_collected(active, tip)
             await remove_locked(repo, active.path)
-            if not changed:
+            if not changed and active.owns_branch:
                 await delete_branch_locked(repo, active.branch, active.base)
     return Changes(
         branch=active.branch,

@@ -55,12 +55,15 @@ class Owner:
     start: str
     base: str
     id: str
+    continues: bool = False
+    """The worktree is on an earlier run's branch (a follow-up): never deleted with it."""
 
     def reason(self) -> str:
         """The lock reason git stores (one line)."""
+        tail = " continues=1" if self.continues else ""
         return (
             f"{REASON_PREFIX} host={self.host} boot={self.boot} pid={self.pid} "
-            f"start={self.start} base={self.base} id={self.id}"
+            f"start={self.start} base={self.base} id={self.id}{tail}"
         )
 
     def state(self) -> OwnerState:
@@ -78,10 +81,11 @@ class Owner:
         return "live" if started is not None and started == self.start else "abandoned"
 
 
-def current_owner(base: str, run_id: str) -> Owner:
+def current_owner(base: str, run_id: str, *, continues: bool = False) -> Owner:
     """This process as the owner of a new worktree for ``run_id`` starting at ``base``."""
     pid = os.getpid()
-    return Owner(socket.gethostname(), _boot_id(), pid, _start_time(pid) or "?", base, run_id)
+    start = _start_time(pid) or "?"
+    return Owner(socket.gethostname(), _boot_id(), pid, start, base, run_id, continues)
 
 
 def parse_reason(reason: str) -> Owner | None:
@@ -98,6 +102,7 @@ def parse_reason(reason: str) -> Owner | None:
             fields["start"],
             fields["base"],
             fields["id"],
+            fields.get("continues") == "1",
         )
     except (KeyError, ValueError):
         return None

@@ -70,7 +70,7 @@ from dsh_worktree.pooled import (
     status_unchanged,
     switch_to_new_branch,
 )
-from dsh_worktree.recovery import recover
+from dsh_worktree.recovery import announce_recovered, recover
 from dsh_worktree.repo import Repository, git_retrying, inspect_repository, repository_lock
 from dsh_worktree.settings import Worktree
 
@@ -498,7 +498,7 @@ class WarmPool:
     async def _fill(self, pool: _Pool) -> None:
         try:
             try:
-                await recover(pool.repo)
+                announce_recovered(await recover(pool.repo))
             except WorktreeError as exc:  # an old worktree must not block the pool
                 _log.warning("dsh-worktree: %s", exc.message)
             settings = self._settings.model_copy(update={"keep": False})

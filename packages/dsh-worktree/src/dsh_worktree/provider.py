@@ -17,13 +17,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Final, Self
 
 import anyio
 from dsh_subagent import (
     ERROR,
     Changes,
+    ContinuationHandle,
     ProgressStream,
     ResolvedSubagentStartRequest,
     SubagentCapabilities,
@@ -33,19 +36,29 @@ from dsh_subagent import (
 )
 from pydantic import BaseModel
 
-from dsh_worktree._git import git_executable
+from dsh_worktree._git import git, git_executable
 from dsh_worktree.errors import WorktreeError
-from dsh_worktree.lifecycle import ActiveWorktree, collect, create, new_run_id
+from dsh_worktree.lifecycle import (
+    ActiveWorktree,
+    check_root,
+    collect,
+    create,
+    new_run_id,
+    repository_dir,
+    write_ready_marker,
+)
 from dsh_worktree.pool import WarmPool
-from dsh_worktree.recovery import recover
+from dsh_worktree.recovery import announce_recovered, recover
 from dsh_worktree.repo import (
     Repository,
     check_new_branch,
+    git_retrying,
     inspect_repository,
     open_repository,
     resolve_base,
 )
-from dsh_worktree.settings import Worktree
+from dsh_worktree.settings import DEFAULT_BRANCH, Worktree
+from dsh_worktree.task import branch_slug, current_task
 
 __all__ = ["START_FAILED", "WorktreeProvider", "WorktreeRun", "configured_cwd_of", "preflight"]
 
@@ -65,15 +78,99 @@ def configured_cwd_of(provider: SubagentProvider) -> str | None:
 async def preflight(cwd: str, settings: Worktree) -> None:
     """The start's bad-input checks, creating nothing: for a command line that must refuse
     before it starts anything (git on ``PATH``, a non-bare repository around ``cwd``, the
-    base ref, the branch name with a sample id, and the branch itself when the pattern
-    has no ``{id}``).
+    base ref, the worktree root, the branch name with a sample id, and the branch itself
+    when the pattern has no ``{id}``).
 
     Raises:
         WorktreeError: the first problem found.
     """
     repo = await open_repository(cwd, git_executable())
+    check_root(repo, settings.root_dir())
     await resolve_base(repo, settings.base)
     await check_new_branch(repo, settings.branch_for("0" * 12))
+
+
+def _branch_for(settings: Worktree, run_id: str, task: str | None) -> str:
+    """The run's branch: the default pattern names the task too (``dsh/<task>-<id>``)."""
+    slug = branch_slug(task) if task is not None else ""
+    if slug and settings.branch == DEFAULT_BRANCH:
+        return f"dsh/{slug}-{run_id}"
+    return settings.branch_for(run_id)
+
+
+async def _claimed_for_task(
+    active: ActiveWorktree, settings: Worktree, task: str
+) -> ActiveWorktree:
+    """A warm worktree claimed for ``task``: its marker names the task, and a branch it
+    waited on under the plain default name is renamed to name the task too."""
+    wanted = _branch_for(settings, active.run_id, task)
+    branch = active.branch
+    if wanted != branch:
+        renamed = await git_retrying(active.repo, active.path, "branch", "-m", branch, wanted)
+        if renamed.ok:
+            branch = wanted
+        else:
+            _log.warning(
+                "the branch %s keeps its name (naming it for its task failed: %s)",
+                branch,
+                renamed.first_line(),
+            )
+    write_ready_marker(active.path, active.run_id, task)
+    return replace(active, branch=branch, task=task)
+
+
+_RUN_DIR = re.compile(r"[0-9a-f]{12}")
+
+
+def _taken(path: str) -> bool:
+    return os.path.lexists(path)
+
+
+async def _continuing(
+    repo: Repository,
+    settings: Worktree,
+    resume: ContinuationHandle,
+    run_id: str,
+    task: str | None,
+) -> ActiveWorktree:
+    """The worktree of a follow-up of an isolated run: the earlier run's branch checked
+    out again (its commits are the base, the follow-up's changes are committed onto
+    it), in the earlier run's directory when the handle names one of this repository's
+    (a product may key its sessions by directory). A branch that no longer exists (the
+    earlier run changed nothing) gives a new branch at the configured base.
+
+    Raises:
+        WorktreeError: as :func:`create` (the branch is still checked out in a kept
+            worktree, say).
+    """
+    where = resume.workspace
+    parent = repository_dir(settings.root_dir(), repo)
+    if where is None or os.path.dirname(where) != parent:
+        where = None  # not a worktree of this repository under this root: a new directory
+    elif not _RUN_DIR.fullmatch(os.path.basename(where)):
+        where = None
+    if where is not None and _taken(where):
+        # Kept (then git refuses the branch checked out there, in one line) or reused by
+        # a warm pool: the follow-up works in a directory of its own.
+        where = None
+    branch = resume.branch
+    tip = None
+    if branch is not None and not branch.startswith("-"):  # never an option to git
+        found = await git(
+            repo.toplevel, "rev-parse", "--verify", "--quiet", "--end-of-options",
+            f"refs/heads/{branch}^{{commit}}", executable=repo.git,
+        )  # fmt: skip
+        tip = found.stdout.strip() if found.ok else None
+    try:
+        announce_recovered(await recover(repo))
+    except WorktreeError as exc:
+        _log.warning("dsh-worktree: %s", exc.message)
+    if branch is not None and tip:
+        return await create(repo, settings, tip, branch, run_id, task, path=where, existing=True)
+    base = await resolve_base(repo, settings.base)
+    fresh = _branch_for(settings, run_id, task)
+    await check_new_branch(repo, fresh)
+    return await create(repo, settings, base, fresh, run_id, task, path=where)
 
 
 class WorktreeProvider(SubagentProvider):
@@ -152,9 +249,16 @@ class WorktreeProvider(SubagentProvider):
         settings = self._settings
         pool = self._pool if self._pool is not None and self._pool.active else None
         run_id = new_run_id()
-        branch = settings.branch_for(run_id)
+        task = current_task()
+        branch = _branch_for(settings, run_id, task)
         active: ActiveWorktree | None = None
-        if pool is not None:
+        resume = request.resume
+        if resume is not None and resume.workspace is not None:
+            # A follow-up of an isolated run: on its branch, in its directory (no pool).
+            pool = None
+            repo = await open_repository(cwd, git_executable())
+            active = await _continuing(repo, settings, resume, run_id, task)
+        elif pool is not None:
             if branch.startswith("-"):
                 raise WorktreeError(f"{branch!r} is not a valid branch name")
             repo, base, active = await pool.claim_at(cwd, branch, run_id)
@@ -169,12 +273,14 @@ class WorktreeProvider(SubagentProvider):
         if active is None:
             await check_new_branch(repo, branch)
             try:
-                await recover(repo)
+                announce_recovered(await recover(repo))
             except WorktreeError as exc:  # an old worktree must not block a new run
                 _log.warning("dsh-worktree: %s", exc.message)
-            active = await create(repo, settings, base, branch, run_id)
+            active = await create(repo, settings, base, branch, run_id, task)
             if pool is not None:
                 collector = pool.adopt(active)  # the pool grows by the worktrees runs need
+        elif task is not None and pool is not None:
+            active = await _claimed_for_task(active, settings, task)
         isolated = request.model_copy(
             update={"parent": request.parent.model_copy(update={"cwd": active.child_cwd()})}
         )
@@ -324,4 +430,12 @@ class WorktreeRun:
         collector = self._collector if self._collector is not None else collect
         changes: Changes = await collector(self._active, self._provider, ended)
         if result is not None:
-            self._result = result.model_copy(update={"changes": changes})
+            update: dict[str, object] = {"changes": changes}
+            if result.continuation is not None:
+                # A follow-up continues this run's work: in its directory, on its branch.
+                active = self._active
+                kept = changes.commit is not None or not active.owns_branch
+                update["continuation"] = result.continuation.model_copy(
+                    update={"workspace": active.path, "branch": active.branch if kept else None}
+                )
+            self._result = result.model_copy(update=update)

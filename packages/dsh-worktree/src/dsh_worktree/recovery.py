@@ -10,9 +10,10 @@ left for a later recovery; one owned by another host is never touched.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 import psutil
 
@@ -20,10 +21,13 @@ from dsh_worktree._git import git, git_executable
 from dsh_worktree.errors import WorktreeError
 from dsh_worktree.lifecycle import (
     ActiveWorktree,
+    admin_dir,
+    collected_tip,
     commit_all,
     delete_branch_locked,
     is_ready,
     ready_run_id,
+    ready_task,
     remove_locked,
 )
 from dsh_worktree.owner import Owner, OwnerState, parse_reason
@@ -32,11 +36,16 @@ from dsh_worktree.repo import Repository, git_retrying, open_repository, reposit
 __all__ = [
     "OwnedWorktree",
     "Recovered",
+    "announce_recovered",
     "list_worktrees",
     "prune",
     "recover",
     "recover_repository",
 ]
+
+_log = logging.getLogger("dsh_worktree")
+
+_WORKTREE_LOCKS: Final = ("index.lock", "HEAD.lock")
 
 RECOVERED_AS = "abandoned"
 """How a recovered run is recorded in its commit message (``Run ended: abandoned``)."""
@@ -125,28 +134,66 @@ def _in_use(path: str) -> bool:
     return False
 
 
+def _take_over_locks(repo: Repository, item: OwnedWorktree) -> None:
+    """Remove the lock files a git command of the dead owner left (its worktree's index
+    and ``HEAD``, its branch): nobody else writes them, and no live process works in the
+    worktree (checked by the caller), so their holder is provably gone."""
+    admin = admin_dir(item.path)
+    paths = [os.path.join(admin, name) for name in _WORKTREE_LOCKS] if admin else []
+    if item.branch:
+        ref = os.path.join(repo.common_dir, "refs", "heads", *item.branch.split("/"))
+        paths.append(ref + ".lock")
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise WorktreeError(f"cannot remove the stale lock {path}: {exc.strerror}") from None
+        _log.warning(
+            "took over %s, left by a git command of pid %d on %s, which is gone",
+            path,
+            item.owner.pid,
+            item.owner.host,
+        )
+
+
 async def _recover_one(repo: Repository, item: OwnedWorktree) -> Recovered:
     base = item.owner.base
     branch = item.branch
     if item.missing:
         await remove_locked(repo, item.path)
-        if branch is not None:
+        if branch is not None and not item.owner.continues:
             await delete_branch_locked(repo, branch, base)
         return Recovered(item.path, branch, None, "pruned")
     if _in_use(item.path):
         return Recovered(item.path, branch, None, "busy")
+    _take_over_locks(repo, item)
+    collected = collected_tip(item.path)
+    if collected is not None and branch is not None:
+        # Its run was committed; the owner died while removing it (files may be gone).
+        await remove_locked(repo, item.path)
+        if collected == base:
+            if not item.owner.continues:
+                await delete_branch_locked(repo, branch, base)
+            return Recovered(item.path, branch, None, "empty")
+        return Recovered(item.path, branch, collected, "committed")
     if branch is None or not is_ready(item.path):
         await remove_locked(repo, item.path)
-        if branch is not None:
+        if branch is not None and not item.owner.continues:
             await delete_branch_locked(repo, branch, base)
         return Recovered(item.path, branch, None, "discarded")
     # A warm pool's worktree names its current delegation in the ready marker.
     run_id = ready_run_id(item.path) or item.owner.id
-    active = ActiveWorktree(repo, item.path, branch, base, run_id, keep=False)
+    task = ready_task(item.path)
+    active = ActiveWorktree(
+        repo, item.path, branch, base, run_id, False, task, owns_branch=not item.owner.continues
+    )
     tip = await commit_all(active, "unknown (recovered)", RECOVERED_AS)
     await remove_locked(repo, item.path)
     if tip == base:
-        await delete_branch_locked(repo, branch, base)
+        if not item.owner.continues:
+            await delete_branch_locked(repo, branch, base)
         return Recovered(item.path, branch, None, "empty")
     return Recovered(item.path, branch, tip, "committed")
 
@@ -171,6 +218,20 @@ async def recover(repo: Repository) -> list[Recovered]:
     if failures:
         raise WorktreeError("recovery failed for " + "; ".join(failures))
     return done
+
+
+def announce_recovered(done: list[Recovered]) -> None:
+    """One warning line per abandoned worktree a run (or a warm pool) recovered on its
+    way: what it did on the user's behalf is never silent."""
+    for item in done:
+        if item.action == "committed":
+            _log.warning(
+                "recovered %s, left by a run whose host died: its changes are on branch %s",
+                item.path,
+                item.branch,
+            )
+        elif item.action != "busy":
+            _log.warning("recovered %s, left by a run whose host died: nothing to keep", item.path)
 
 
 def _absolute(path: str) -> str:
