@@ -34,6 +34,8 @@ __all__ = [
     "ClassAccount",
     "Ledger",
     "Outcome",
+    "accounting",
+    "current_nodeid",
     "record",
     "running",
 ]
@@ -80,6 +82,17 @@ def running(ledger: Ledger, nodeid: str) -> Iterator[None]:
         yield
     finally:
         _RUNNING.reset(token)
+
+
+def accounting() -> bool:
+    """Whether the running test is accounted for (the kit's plugin wraps its call)."""
+    return _RUNNING.get() is not None
+
+
+def current_nodeid() -> str | None:
+    """The node id of the test the plugin is running here, if any."""
+    current = _RUNNING.get()
+    return None if current is None else current.nodeid
 
 
 def record(req_id: str, outcome: Outcome, detail: str = "") -> None:

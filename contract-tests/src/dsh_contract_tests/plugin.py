@@ -23,6 +23,8 @@ from dsh_contract_tests import ledger
 __all__ = [
     "MARKERS",
     "REQUIREMENT_MARKER",
+    "VERIFY_CHANNEL_OPTION",
+    "XDIST_REFUSED",
     "pytest_addhooks",
     "pytest_addoption",
     "pytest_configure",
@@ -69,9 +71,28 @@ def _positive(text: str) -> int:
     return value
 
 
+VERIFY_CHANNEL_OPTION = "--dsh-verify-channel"
+"""Set only by a verify run (``python -m dsh_contract_tests verify``) in its children."""
+
+XDIST_REFUSED = (
+    "dsh-contract FAILED: the kit's account of every rule cannot be kept under pytest-xdist "
+    "(each worker sees only its share of the rules); run the kit with -p no:xdist or -n 0"
+)
+"""The one line that fails a kit run under pytest-xdist."""
+
+_XDIST_KEY = "dsh_contract_kit_classes"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the kit's command-line options."""
     group = parser.getgroup("dsh-contract", "dsh subagent provider contract kit")
+    group.addoption(
+        VERIFY_CHANNEL_OPTION,
+        type=int,
+        default=None,
+        metavar="FD",
+        help=argparse.SUPPRESS,
+    )
     group.addoption(
         "--dsh-secret-examples",
         type=_positive,
@@ -111,15 +132,24 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, description in MARKERS.items():
         if name not in known:
             config.addinivalue_line("markers", f"{name}: {description}")
+    channel = config.getoption(VERIFY_CHANNEL_OPTION, default=None)
+    if channel is not None:
+        from dsh_contract_tests import verify_child
+
+        verify_child.open_channel(channel)  # before any provider code is imported
     partial = bool(config.getoption(ledger.PARTIAL_OPTION, default=False))
-    config.pluginmanager.register(_Accounting(ledger.Ledger(partial_allowed=partial)))
+    accounting = _Accounting(ledger.Ledger(partial_allowed=partial), verify=channel is not None)
+    config.pluginmanager.register(accounting)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistRefusal(accounting))
 
 
 class _Accounting:
     """The hooks that feed one session's :class:`~dsh_contract_tests.ledger.Ledger`."""
 
-    def __init__(self, book: ledger.Ledger) -> None:
+    def __init__(self, book: ledger.Ledger, *, verify: bool = False) -> None:
         self.book = book
+        self.verify = verify  # a verify child: its parent keeps the account
         self.lines: list[str] = []
 
     def pytest_collectstart(self, collector: pytest.Collector) -> None:
@@ -146,8 +176,11 @@ class _Accounting:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if not self.book.classes:
+        if not self.book.classes or self.verify:
             return
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:  # an xdist worker: the controller refuses the run
+            workeroutput[_XDIST_KEY] = sorted(self.book.classes)
         accounts = self.book.account()
         self.lines = [line for account in accounts for line in account.lines()]
         incomplete = any(a.missing or a.partial for a in accounts)
@@ -159,6 +192,31 @@ class _Accounting:
             terminalreporter.write_sep("=", "dsh contract kit: the rules of each provider class")
             for line in self.lines:
                 terminalreporter.write_line(line)
+
+
+class _XdistRefusal:
+    """Under pytest-xdist, fail a run in which a worker collected a provider test class.
+
+    The account needs every rule's reports in one process; a worker sees only its share,
+    and the controller never collects. Rather than a partial account that could read as
+    a pass, the run fails with :data:`XDIST_REFUSED`.
+    """
+
+    def __init__(self, accounting: _Accounting) -> None:
+        self.accounting = accounting
+        self.refused = False
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        if getattr(node, "workeroutput", {}).get(_XDIST_KEY):
+            self.refused = True
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.refused:
+            self.accounting.lines.append(XDIST_REFUSED)
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 _XPASS_STRICT = "[XPASS(strict)]"
