@@ -295,8 +295,9 @@ def _judge(req_id: str, child: _Child, bound: float) -> RuleVerdict:
     if child.status is None:
         verdict.detail = f"the rule's run did not end within {bound:g} s; the kit killed it"
         return verdict
-    begun = {r.get("node") for r in child.records if r.get("event") == "begin"}
-    ends = [r for r in child.records if r.get("event") == "end" and r.get("node") in begun]
+    collected = [r.get("node") for r in child.records if r.get("event") == "collected"]
+    begun = [r.get("node") for r in child.records if r.get("event") == "begin"]
+    ends = [r for r in child.records if r.get("event") == "end"]
     verdict.cases = [
         {"node": str(r.get("node")), "outcome": str(r.get("outcome"))} for r in ends
     ]
@@ -307,17 +308,25 @@ def _judge(req_id: str, child: _Child, bound: float) -> RuleVerdict:
             + "; ".join(child.leftovers)
         )
         return verdict
-    if not own or len(own) != len(begun) or any(r.get("id") != req_id for r in ends):
-        verdict.detail = (
-            "no evidence that the kit's rule ran to its end: the rule's own records are "
-            f"missing ({len(begun)} begun, {len(own)} ended; pytest exit status {child.status})"
-        )
-        return verdict
-    outcomes = {str(r.get("outcome")) for r in own}
     failed = next((r for r in own if r.get("outcome") == "failed"), None)
     if failed is not None:
         verdict.detail = _first_lines(str(failed.get("detail", "")))
         return verdict
+    # Each collected case began and ended once, under this rule's id.
+    ended = [r.get("node") for r in own]
+    if (
+        not collected
+        or sorted(map(str, begun)) != sorted(map(str, collected))
+        or sorted(map(str, ended)) != sorted(map(str, collected))
+        or len(ends) != len(own)
+    ):
+        verdict.detail = (
+            "no evidence that the kit's rule ran to its end for every case: "
+            f"{len(collected)} collected, {len(begun)} begun, {len(own)} ended "
+            f"(pytest exit status {child.status})"
+        )
+        return verdict
+    outcomes = {str(r.get("outcome")) for r in own}
     if outcomes - {"passed", "kit-skip", "consequence"}:
         other = next(r for r in own if r.get("outcome") not in ("passed", "kit-skip"))
         verdict.detail = (
