@@ -1,0 +1,116 @@
+"""The in-repo run refuses to lose its account silently, and refuses an unbounded wait.
+
+Each case is a real ``pytest`` process (pytester's subprocess run: the switch under test
+is pytest's own plugin loading) against the healthy example provider, with the account
+lost in a way an author could configure: the kit's plugin blocked while its base classes
+still run (on the command line, in ``addopts``, in ``PYTEST_ADDOPTS``), or pytest-xdist
+splitting the rules over workers. The run must fail with the one line that says why.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dsh_contract_tests.failures import NO_PLUGIN
+from dsh_contract_tests.plugin import XDIST_REFUSED
+
+pytest_plugins = ["pytester"]
+
+_MODULE = """
+import pytest
+from dsh_contract_tests import ProviderContract
+from dsh_example_provider import ExampleConfig, ExampleProvider
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+class TestRefused(ProviderContract):
+    {attributes}
+
+    @pytest.fixture
+    def provider_factory(self):
+        return lambda setup: ExampleProvider(
+            ExampleConfig(env=dict(setup.env), cwd=setup.cwd_override)
+        )
+"""
+
+
+def _project(pytester: pytest.Pytester, attributes: str = "secret_examples = 1") -> None:
+    pytester.makepyfile(test_refused=_MODULE.format(attributes=attributes))
+
+
+def _lines(result: pytest.RunResult) -> list[str]:
+    return [*result.outlines, *result.errlines]
+
+
+@pytest.mark.parametrize(
+    ("where", "args", "ini"),
+    [
+        ("command line", ("-p", "no:dsh_contract_tests"), ""),
+        ("addopts", (), "[pytest]\naddopts = -p no:dsh_contract_tests\n"),
+    ],
+)
+def test_kit_rules_without_the_plugin_fail_the_run_with_one_line(
+    pytester: pytest.Pytester, where: str, args: tuple[str, ...], ini: str
+) -> None:
+    _project(pytester)
+    if ini:
+        pytester.makeini(ini)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "test_completed_run", *args
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, "\n".join(_lines(result))
+    found = [ln for ln in _lines(result) if NO_PLUGIN in ln]
+    assert len(found) == 1, "\n".join(_lines(result))
+
+
+def test_the_plugin_blocked_in_pytest_addopts_fails_the_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _project(pytester)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:dsh_contract_tests -k test_completed_run")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, "\n".join(_lines(result))
+    assert any(NO_PLUGIN in ln for ln in _lines(result)), "\n".join(_lines(result))
+
+
+def test_a_kit_run_under_xdist_fails_with_one_line(pytester: pytest.Pytester) -> None:
+    # A class skip mark: without the refusal, xdist's workers skip every rule and exit 0.
+    _project(pytester, "pytestmark = pytest.mark.skip('later')")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, "\n".join(_lines(result))
+    assert [ln for ln in _lines(result) if ln == XDIST_REFUSED] == [XDIST_REFUSED]
+
+
+def test_a_settle_timeout_above_the_cap_is_refused_naming_it(pytester: pytest.Pytester) -> None:
+    _project(pytester, "settle_timeout = 1e9")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    assert result.ret == pytest.ExitCode.INTERRUPTED, "\n".join(_lines(result))
+    expected = "TestRefused.settle_timeout = 1000000000.0: the kit accepts a number of seconds"
+    assert any(expected in ln for ln in _lines(result)), "\n".join(_lines(result))
+
+
+def test_an_opt_out_that_runs_the_rule_without_the_kits_contract_fails(
+    pytester: pytest.Pytester,
+) -> None:
+    # The provider meets the rule: an opt-out that really ran it would be a strict XPASS.
+    _project(
+        pytester,
+        "@pytest.mark.xfail(strict=True, reason='later')\n"
+        "    async def test_cancel_mid_run(self, contract):\n"
+        "        await super().test_cancel_mid_run(None)",
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "test_cancel_mid_run", "--dsh-partial"
+    )
+    out = "\n".join(_lines(result))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    result.assert_outcomes(failed=1, deselected=result.parseoutcomes()["deselected"])
+    assert "kit:no-silent-opt-out — " in out, out
+    assert (
+        "test_cancel_mid_run is overridden, but the override never ran the kit's rule "
+        "settlement:cancel-mid-run with the kit's own contract object" in out
+    ), out
+    assert "XFAIL" not in out and "OPTED OUT" not in out, out

@@ -1,0 +1,221 @@
+"""The verify run (``python -m dsh_contract_tests verify``) is a verdict an author cannot bend.
+
+The scaffold's provider is built as a wheel with ``bypass_providers.py``'s providers in its
+package and installed with the kit's wheels in a fresh venv (the kit README's steps).
+Each case is a determined author's attempt at a green verdict for a provider that breaks
+a rule: the plugin switched off in ``addopts`` and ``PYTEST_ADDOPTS``, xdist asked for,
+tampering from inside the provider's module, an opt-out that calls the rule with
+``None``, a huge ``settle_timeout``, a provider that behaves only when it sees the kit's
+variables. The verify verdict must be a failure naming the broken rule, with what the
+kit observed. The whole kit runs once, against the scaffold as it is: the pass.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bypass_providers import BYPASS_MODULE, TAMPER_MODULE
+from dsh_contract_tests.manifest import REQUIREMENTS
+from fresh_venv import KIT_README, readme_commands, run_bash
+
+_KIT_IDS = sorted(i for i, r in REQUIREMENTS.items() if r.tier != "credentialed")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, kit_wheels: Path) -> Path:
+    """The scaffold plus the bypass providers, installed from wheels in a fresh venv."""
+    work = tmp_path_factory.mktemp("verify")
+    env = {"WHEELS": str(kit_wheels)}
+    made = run_bash(readme_commands(KIT_README.read_text("utf-8"), "scaffold"), work, env)
+    assert made.returncode == 0, made.stdout + made.stderr
+    root = work / "acme-agent"
+    package = root / "src" / "acme_agent"
+    (package / "bypass.py").write_text(BYPASS_MODULE, encoding="utf-8")
+    (package / "tamper.py").write_text(TAMPER_MODULE, encoding="utf-8")
+    install = readme_commands((root / "README.md").read_text("utf-8"), "install-and-run")
+    setup = "\n".join(ln for ln in install.splitlines() if "-m pytest" not in ln)
+    done = run_bash(setup, root, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+@dataclass
+class Verdict:
+    status: int
+    lines: list[str]
+    report: dict[str, Any] | None
+
+    def rule(self, req_id: str) -> dict[str, Any]:
+        assert self.report is not None, "\n".join(self.lines)
+        return next(r for r in self.report["rules"] if r["id"] == req_id)
+
+
+def _verify(
+    project: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> Verdict:
+    report = project / "verify-report.json"
+    report.unlink(missing_ok=True)
+    python = project / ".venv" / "bin" / "python"
+    argv = [str(python), "-m", "dsh_contract_tests", "verify", *args, "--report", str(report)]
+    done = subprocess.run(
+        argv,
+        cwd=cwd or project,
+        env={**_base_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    lines = (done.stdout + done.stderr).splitlines()
+    data = json.loads(report.read_text("utf-8")) if report.exists() else None
+    return Verdict(done.returncode, lines, data)
+
+
+def _base_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VIRTUAL_ENV"))}
+
+
+@dataclass(frozen=True)
+class Bypass:
+    """An attempt: the provider, the rule it breaks, and how the author tries to hide it."""
+
+    provider: str
+    rule: str
+    observed: str
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+
+
+_LEAK = "the planted raw error"
+_NONE_OPT_OUT = """
+import pytest
+from dsh_contract_tests import ProviderContract
+from acme_agent.bypass import LeaksRawError
+from acme_agent import AcmeAgentConfig
+
+
+class TestAcmeAgentContract(ProviderContract):
+    entry_point_name = "acme-agent"
+    settle_timeout = 1e9
+
+    @pytest.fixture
+    def provider_factory(self):
+        return lambda setup: LeaksRawError(AcmeAgentConfig(env=dict(setup.env)))
+
+    @pytest.mark.xfail(strict=True, reason="later")
+    async def test_no_planted_secret_leaks(self, contract, anyio_backend):
+        await super().test_no_planted_secret_leaks(None, anyio_backend)
+"""
+
+BYPASSES = {
+    "1 plugin switched off in addopts and PYTEST_ADDOPTS": Bypass(
+        "acme_agent.bypass:LeaksRawError",
+        "diagnostic:no-planted-secret",
+        _LEAK,
+        env={"PYTEST_ADDOPTS": "-p no:dsh_contract_tests -k test_completed_run"},
+        files={"pytest.ini": "[pytest]\naddopts = -p no:dsh_contract_tests -k nothing\n"},
+    ),
+    "2 xdist asked for": Bypass(
+        "acme_agent.bypass:LeaksRawError",
+        "diagnostic:no-planted-secret",
+        _LEAK,
+        env={"PYTEST_ADDOPTS": "-n 2", "PYTEST_PLUGINS": "xdist.plugin"},
+    ),
+    "3 the provider's module tampers with the ledger, reports and exit status": Bypass(
+        "acme_agent.tamper:Tampers", "diagnostic:no-planted-secret", _LEAK
+    ),
+    "3 the provider skips through the kit's own skip helper": Bypass(
+        "acme_agent.bypass:SkipsAsTheKit",
+        "settlement:completed",
+        "the rule did not run: foreign-skip: this provider declares the capability",
+    ),
+    "3 the provider claims to be another rule's consequence": Bypass(
+        "acme_agent.bypass:ClaimsConsequence",
+        "settlement:completed",
+        "ended as a consequence of settlement:completed, but that rule's own run did not fail",
+    ),
+    "4 an opt-out calling the rule with None, and a conftest": Bypass(
+        "acme_agent.bypass:LeaksRawError",
+        "diagnostic:no-planted-secret",
+        _LEAK,
+        files={
+            "tests/test_contract.py": _NONE_OPT_OUT,
+            "tests/conftest.py": "def pytest_sessionfinish(session):\n"
+            "    session.exitstatus = 0\n",
+        },
+    ),
+    "5 a shielded hang with the author's settle_timeout huge": Bypass(
+        "acme_agent.bypass:Hangs",
+        "lifecycle:calls-return",
+        "did not return within 15 s",
+        files={"tests/test_contract.py": _NONE_OPT_OUT},
+        args=("--settle-timeout", "15"),
+    ),
+    "6 a provider that behaves only with the kit's variables": Bypass(
+        "acme_agent.bypass:BehavesOnlyInKit",
+        "env:credential-scrubbed",
+        "carries the parent's planted credential value under ACME_UPSTREAM_0",
+    ),
+}
+
+
+@pytest.fixture
+def authored(project: Path) -> Iterator[Path]:
+    """The project; files a case writes into it are put back afterwards."""
+    test_module = project / "tests" / "test_contract.py"
+    original = test_module.read_text("utf-8")
+    yield project
+    test_module.write_text(original, encoding="utf-8")
+    (project / "tests" / "conftest.py").unlink(missing_ok=True)
+    (project / "pytest.ini").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("case", list(BYPASSES.values()), ids=list(BYPASSES))
+def test_a_bypass_gets_a_failed_verdict_naming_the_rule(authored: Path, case: Bypass) -> None:
+    for name, text in case.files.items():
+        (authored / name).write_text(text, encoding="utf-8")
+    verdict = _verify(authored, case.provider, "--rule", case.rule, *case.args, env=case.env)
+    out = "\n".join(verdict.lines)
+    assert verdict.status == 1, out
+    assert verdict.lines[-1].startswith("dsh-contract verify FAILED "), out
+    assert verdict.lines[-1].endswith(f": 1 of 1 rules failed: {case.rule}"), out
+    rule = verdict.rule(case.rule)
+    assert rule["outcome"] == "failed", rule
+    assert case.observed in rule["detail"], rule
+    assert verdict.report is not None
+    assert verdict.report["provider"]["distribution"] == "acme-agent"
+
+
+def test_a_settle_timeout_above_the_cap_is_refused_before_anything_runs(project: Path) -> None:
+    verdict = _verify(project, "acme-agent", "--settle-timeout", "1e9")
+    assert verdict.status == 2, verdict.lines
+    assert verdict.lines == [
+        "dsh_contract_tests verify: --settle-timeout 1e+09: at most 120 seconds"
+    ]
+    assert verdict.report is None
+
+
+def test_the_scaffold_passes_every_rule_and_the_report_names_each(project: Path) -> None:
+    verdict = _verify(project, "acme-agent")
+    out = "\n".join(verdict.lines)
+    assert verdict.status == 0, out
+    assert verdict.lines[-1] == (
+        "dsh-contract verify PASSED acme-agent (acme-agent 0.1.0, dsh-contract-tests 0.1.0): "
+        "all 27 rules ran, 2 skipped by the kit"
+    ), out
+    assert verdict.report is not None
+    assert sorted(r["id"] for r in verdict.report["rules"]) == _KIT_IDS
+    assert {r["outcome"] for r in verdict.report["rules"]} == {"passed", "skipped"}
+    assert verdict.report["kit"] == {"distribution": "dsh-contract-tests", "version": "0.1.0"}
+    assert verdict.report["provider"]["version"] == "0.1.0"
+    assert verdict.report["verdict"] == "passed"
+
