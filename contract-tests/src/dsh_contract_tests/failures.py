@@ -40,10 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALLS_RETURN",
+    "NO_PLUGIN",
     "Consequence",
     "ContractViolation",
     "KitSkipped",
-    "NO_PLUGIN",
     "KitTimeout",
     "RuleEntries",
     "SilentOptOut",

@@ -52,7 +52,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         argv = " ".join(str(a) for a in list(args[argv_at] or [])[:4])
         env = args[env_at] if len(args) > env_at else None
         given = dict(os.environ) if env is None else {str(k): str(v) for k, v in env.items()}
-    except Exception:  # noqa: BLE001 - an audit hook must never break a spawn
+    except Exception:  # an audit hook must never break a spawn
         return
     with _LOCK:
         for collector in _COLLECTORS:

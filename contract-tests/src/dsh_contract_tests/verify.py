@@ -298,9 +298,7 @@ def _judge(req_id: str, child: _Child, bound: float) -> RuleVerdict:
     collected = [r.get("node") for r in child.records if r.get("event") == "collected"]
     begun = [r.get("node") for r in child.records if r.get("event") == "begin"]
     ends = [r for r in child.records if r.get("event") == "end"]
-    verdict.cases = [
-        {"node": str(r.get("node")), "outcome": str(r.get("outcome"))} for r in ends
-    ]
+    verdict.cases = [{"node": str(r.get("node")), "outcome": str(r.get("outcome"))} for r in ends]
     own = [r for r in ends if r.get("id") == req_id]
     if child.leftovers:
         verdict.detail = (
@@ -361,9 +359,7 @@ def _resolve_consequences(rules: list[RuleVerdict]) -> None:
         if rule.outcome == "consequence" and rule.detail not in failed:
             owner = rule.detail or "an unnamed rule"
             rule.outcome = "failed"
-            rule.detail = (
-                f"ended as a consequence of {owner}, but that rule's own run did not fail"
-            )
+            rule.detail = f"ended as a consequence of {owner}, but that rule's own run did not fail"
 
 
 def run_verify(
@@ -384,7 +380,7 @@ def run_verify(
             f"--settle-timeout {settle_timeout:g}: at most {SETTLE_TIMEOUT_CAP:g} seconds"
         )
     tests = _rule_tests()
-    chosen = list(tests) if not only else only
+    chosen = only or list(tests)
     unknown = [req for req in chosen if req not in tests]
     if unknown:
         raise VerifyError(f"--rule: not a rule of the kit: {', '.join(unknown)}")
