@@ -85,6 +85,7 @@ def test_the_kit_readme_shows_the_generated_readmes_commands() -> None:
     generated = Scaffold.named("acme-agent").files()["README.md"]
     kit = KIT_README.read_text(encoding="utf-8")
     assert readme_commands(generated, "install-and-run") == readme_commands(kit, "install-and-run")
+    assert readme_commands(generated, "verify") == readme_commands(kit, "verify")
 
 
 def test_the_generated_code_is_typed_strictly(tmp_path: Path) -> None:

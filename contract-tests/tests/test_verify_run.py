@@ -326,7 +326,17 @@ def test_a_settle_timeout_above_the_cap_is_refused_before_anything_runs(project:
 
 @pytest.mark.timeout(1800)  # the whole kit, each rule in a process of its own
 def test_the_scaffold_passes_every_rule_and_the_report_names_each(project: Path) -> None:
-    verdict = _verify(project, "acme-agent")
+    # The generated README's verify command, as written; the author's own configuration
+    # tries to switch the plugin off, to no effect.
+    commands = readme_commands((project / "README.md").read_text("utf-8"), "verify")
+    hostile = {"PYTEST_ADDOPTS": "-p no:dsh_contract_tests -k nothing"}
+    done = run_bash(commands, project, hostile)
+    report = project / "verify-report.json"
+    verdict = Verdict(
+        done.returncode,
+        (done.stdout + done.stderr).splitlines(),
+        json.loads(report.read_text("utf-8")) if report.exists() else None,
+    )
     out = "\n".join(verdict.lines)
     assert verdict.status == 0, out
     assert verdict.lines[-1] == (
