@@ -43,7 +43,6 @@ from dsh_contract_tests.failures import (
     CALLS_RETURN,
     Consequence,
     ContractViolation,
-    KitTimeout,
     current_rule,
     render_error,
 )
@@ -64,6 +63,7 @@ from dsh_contract_tests.scenario import (
 from dsh_contract_tests.watchdog import Hang, pending
 
 __all__ = [
+    "HOLD_OWNER",
     "OVERLAY_CREDENTIAL_NAME",
     "ContractHarness",
     "describe_ready_file",
@@ -89,6 +89,10 @@ quickly as its consequences."""
 _OVERLAY_SETTLE = 1.0
 """Seconds every root process of a run must lack the kit's overlay before the kit says the
 overlay never reached the child (a stray process may appear before the child does)."""
+
+HOLD_OWNER = "settlement:cancel-mid-run"
+"""The rule a run that never reaches its hold point breaks: its scenario is exactly a
+working run, cancelled. Every other test that waits for a hold point is its consequence."""
 
 Probe = Callable[[str], Awaitable[bool]]
 """Runs the kit test of a requirement id once for this test class: ``True`` if it fails."""
@@ -389,13 +393,15 @@ class ContractHarness:
         if "settled" in outcome:
             result: SubagentResult = outcome["settled"]
             first = (result.diagnostic or "no diagnostic").split("\n", 1)[0]
-            raise AssertionError(
+            await self.consequence(
+                HOLD_OWNER,
                 f"the hold run settled {result.stop_reason} ({first}) before it reached its "
                 f"hold point; the kit was waiting for {what}. A child told `hold` must keep "
-                "working until it is cancelled (the kit README, 'The child protocol')"
+                "working until it is cancelled (the kit README, 'The child protocol')",
             )
-        raise KitTimeout(
-            f"waited {self.hold_timeout:g} s for the hold run to reach its hold point: {what}"
+        await self.consequence(
+            HOLD_OWNER,
+            f"waited {self.hold_timeout:g} s for the hold run to reach its hold point: {what}",
         )
 
     async def tree_while_running(self, run: SubagentRun) -> list[ProcessFacts]:
