@@ -304,6 +304,13 @@ def bind_rule(requirement: Requirement, func: _F) -> _F:
                         result = await run_isolated(func, *args, **kwargs)
                     except Hang as hang:
                         await _hung(hang, args, kwargs)
+            except anyio.get_cancelled_exc_class():
+                # The test itself is being cancelled (Ctrl-C, the session ending): no
+                # rule failed, and a failure raised here would outlive the interrupt as
+                # an unretrieved task exception.
+                if outermost:
+                    end(node, requirement, "interrupted", "cancelled")
+                raise
             except BaseException as exc:
                 ended = verdict(requirement, exc)
                 if outermost:
