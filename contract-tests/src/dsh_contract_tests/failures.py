@@ -128,13 +128,24 @@ def kit_skip(reason: str) -> NoReturn:
     raise KitSkipped(reason)
 
 
+def _raised_by_kit(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by the kit's own code (its innermost frame is the kit's):
+    a provider that raises the kit's skip or consequence itself is not the kit."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("dsh_contract_tests.")
+
+
 def _outcome(exc: BaseException) -> ledger.Outcome:
     if isinstance(exc, Consequence):
-        return "consequence"
+        return "consequence" if _raised_by_kit(exc) else "foreign-xfail"
     if isinstance(exc, XFailed):
         return "foreign-xfail"
     if isinstance(exc, KitSkipped):
-        return "kit-skip"
+        return "kit-skip" if _raised_by_kit(exc) else "foreign-skip"
     if isinstance(exc, Skipped):
         return "foreign-skip"
     if isinstance(exc, KeyboardInterrupt | SystemExit) or (
