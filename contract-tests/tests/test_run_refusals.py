@@ -3,15 +3,15 @@
 Each case is a real ``pytest`` process (pytester's subprocess run: the switch under test
 is pytest's own plugin loading) against the healthy example provider, with the account
 lost in a way an author could configure: the kit's plugin blocked while its base classes
-still run (on the command line, in ``addopts``, in ``PYTEST_ADDOPTS``), or pytest-xdist
-splitting the rules over workers. The run must fail with the one line that says why.
+still run (on the command line, in ``addopts``, in ``PYTEST_ADDOPTS``): the run must fail
+with the one line that says why. Under pytest-xdist, which splits the rules over workers,
+the controller merges the workers' shares into one account.
 """
 
 from __future__ import annotations
 
 import pytest
 from dsh_contract_tests.failures import NO_PLUGIN
-from dsh_contract_tests.plugin import XDIST_REFUSED
 
 pytest_plugins = ["pytester"]
 
@@ -27,6 +27,7 @@ def anyio_backend():
 
 
 class TestRefused(ProviderContract):
+    entry_point_name = "example"
     {attributes}
 
     @pytest.fixture
@@ -76,12 +77,32 @@ def test_the_plugin_blocked_in_pytest_addopts_fails_the_run(
     assert any(NO_PLUGIN in ln for ln in _lines(result)), "\n".join(_lines(result))
 
 
-def test_a_kit_run_under_xdist_fails_with_one_line(pytester: pytest.Pytester) -> None:
-    # A class skip mark: without the refusal, xdist's workers skip every rule and exit 0.
+def test_under_xdist_the_workers_accounts_are_merged_on_the_controller(
+    pytester: pytest.Pytester,
+) -> None:
+    # A class skip mark: each worker skips its share; the merged account names them all.
     _project(pytester, "pytestmark = pytest.mark.skip('later')")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED, "\n".join(_lines(result))
-    assert [ln for ln in _lines(result) if ln == XDIST_REFUSED] == [XDIST_REFUSED]
+    out = "\n".join(_lines(result))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    expected = (
+        "dsh-contract FAILED test_refused.py::TestRefused: 27 of 27 rules did not run. "
+        "skipped before it ran: later: kit:no-silent-opt-out, "
+    )
+    first = next(ln for ln in _lines(result) if ln.startswith("dsh-contract "))
+    assert first.startswith(expected), out
+
+
+def test_under_xdist_a_whole_kit_run_split_over_two_workers_is_one_full_account(
+    pytester: pytest.Pytester,
+) -> None:
+    _project(pytester)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    out = "\n".join(_lines(result))
+    assert result.ret == pytest.ExitCode.OK, out
+    lines = [ln for ln in _lines(result) if ln.startswith("dsh-contract ")]
+    assert lines == ["dsh-contract test_refused.py::TestRefused: every one of its 27 rules ran"]
+    assert "2 workers [35 items]" in out, out  # the rules were split over two workers
 
 
 def test_a_settle_timeout_above_the_cap_is_refused_naming_it(pytester: pytest.Pytester) -> None:

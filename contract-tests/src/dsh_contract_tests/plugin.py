@@ -24,7 +24,6 @@ __all__ = [
     "MARKERS",
     "REQUIREMENT_MARKER",
     "VERIFY_CHANNEL_OPTION",
-    "XDIST_REFUSED",
     "pytest_addhooks",
     "pytest_addoption",
     "pytest_configure",
@@ -74,13 +73,8 @@ def _positive(text: str) -> int:
 VERIFY_CHANNEL_OPTION = "--dsh-verify-channel"
 """Set only by a verify run (``python -m dsh_contract_tests verify``) in its children."""
 
-XDIST_REFUSED = (
-    "dsh-contract FAILED: the kit's account of every rule cannot be kept under pytest-xdist "
-    "(each worker sees only its share of the rules); run the kit with -p no:xdist or -n 0"
-)
-"""The one line that fails a kit run under pytest-xdist."""
-
-_XDIST_KEY = "dsh_contract_kit_classes"
+_XDIST_KEY = "dsh_contract_account"
+"""Where a pytest-xdist worker hands its share of the account to the controller."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -140,8 +134,6 @@ def pytest_configure(config: pytest.Config) -> None:
     partial = bool(config.getoption(ledger.PARTIAL_OPTION, default=False))
     accounting = _Accounting(ledger.Ledger(partial_allowed=partial), verify=channel is not None)
     config.pluginmanager.register(accounting)
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_XdistRefusal(accounting))
 
 
 class _Accounting:
@@ -151,6 +143,7 @@ class _Accounting:
         self.book = book
         self.verify = verify  # a verify child: its parent keeps the account
         self.lines: list[str] = []
+        self.merged: ledger.Export | None = None  # the workers' accounts (xdist controller)
 
     def pytest_collectstart(self, collector: pytest.Collector) -> None:
         if isinstance(collector, pytest.Class) and ledger.kit_base(collector.obj) is not None:
@@ -180,14 +173,29 @@ class _Accounting:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.book.report(report)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        """A pytest-xdist worker ended: merge its share of the account."""
+        share = getattr(node, "workeroutput", {}).get(_XDIST_KEY)
+        if share is not None:
+            self.merged = ledger.merge(self.merged, share)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if not self.book.classes or self.verify:
+        if self.verify:
             return
         workeroutput = getattr(session.config, "workeroutput", None)
-        if workeroutput is not None:  # an xdist worker: the controller refuses the run
-            workeroutput[_XDIST_KEY] = sorted(self.book.classes)
-        accounts = self.book.account()
+        if workeroutput is not None:  # an xdist worker: the controller accounts
+            if self.book.classes:
+                workeroutput[_XDIST_KEY] = self.book.export()
+            return
+        if self.merged is not None:
+            partial = self.book.partial_allowed
+            accounts = ledger.accounts(self.merged, partial_allowed=partial)
+        elif self.book.classes:
+            accounts = self.book.account()
+        else:
+            return
         self.lines = [line for account in accounts for line in account.lines()]
         incomplete = any(a.missing or a.partial for a in accounts)
         if incomplete and session.exitstatus == pytest.ExitCode.OK:
@@ -198,31 +206,6 @@ class _Accounting:
             terminalreporter.write_sep("=", "dsh contract kit: the rules of each provider class")
             for line in self.lines:
                 terminalreporter.write_line(line)
-
-
-class _XdistRefusal:
-    """Under pytest-xdist, fail a run in which a worker collected a provider test class.
-
-    The account needs every rule's reports in one process; a worker sees only its share,
-    and the controller never collects. Rather than a partial account that could read as
-    a pass, the run fails with :data:`XDIST_REFUSED`.
-    """
-
-    def __init__(self, accounting: _Accounting) -> None:
-        self.accounting = accounting
-        self.refused = False
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: object, error: object) -> None:
-        if getattr(node, "workeroutput", {}).get(_XDIST_KEY):
-            self.refused = True
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.refused:
-            self.accounting.lines.append(XDIST_REFUSED)
-            if session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 _XPASS_STRICT = "[XPASS(strict)]"
