@@ -136,3 +136,25 @@ def test_an_opt_out_that_runs_the_rule_without_the_kits_contract_fails(
     ), out
     assert "XFAIL" not in out, out
     assert "OPTED OUT" not in out, out
+
+
+def test_the_kits_own_skip_called_by_the_factory_is_no_kit_skip(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_refused=_MODULE.format(attributes="secret_examples = 1").replace(
+            "return lambda setup: ExampleProvider(",
+            "from dsh_contract_tests.failures import kit_skip\n"
+            "        return lambda setup: kit_skip('declared') or ExampleProvider(",
+        )
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "test_completed_run", "--dsh-partial"
+    )
+    out = "\n".join(_lines(result))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    expected = (
+        "dsh-contract FAILED test_refused.py::TestRefused: 1 of 27 rules did not run. skipped "
+        "from inside the rule by code that is not the kit's: declared: settlement:completed"
+    )
+    assert expected in _lines(result), out
