@@ -33,10 +33,12 @@ _KIT_IDS = sorted(i for i, r in REQUIREMENTS.items() if r.tier != "credentialed"
 # kit's ledger and registers hooks that rewrite every report to a pass, skip the next
 # tests' calls recording a pass, and reset the exit status to 0; SkipsAsTheKit skips
 # through the kit's own skip helper; ClaimsConsequence claims another rule's consequence;
-# Hangs shields dispose() forever; BehavesOnlyInKit forwards the parent's API keys to the
-# product unless its overlay holds the kit's ready-directory variable.
+# Hangs shields dispose() forever; IgnoresHold's child answers a hold at once;
+# BehavesOnlyInKit forwards the parent's API keys to the product unless its overlay holds
+# the kit's ready-directory variable.
 BYPASS_MODULE = """
 import os
+import sys
 
 import anyio
 import pytest
@@ -87,6 +89,20 @@ class _HangingDispose:
 class Hangs(AcmeAgentProvider):
     async def start(self, request):
         return _HangingDispose(await super().start(request))
+
+
+_NEVER_HOLDS = (
+    "import json, re, sys\\n"
+    "print(json.dumps({'type': 'ready'}), flush=True)\\n"
+    "task = json.loads(sys.stdin.readline())['task']\\n"
+    "found = re.search(r'dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]+)', task)\\n"
+    "print(json.dumps({'type': 'final', 'text': found.group(2)}), flush=True)\\n"
+)
+
+
+class IgnoresHold(AcmeAgentProvider):
+    def launch(self, cwd):
+        return Launch(argv=(sys.executable, "-c", _NEVER_HOLDS))
 
 
 class BehavesOnlyInKit(AcmeAgentProvider):
@@ -312,6 +328,24 @@ def test_a_bypass_gets_a_failed_verdict_naming_the_rule(authored: Path, case: By
     assert case.observed in rule["detail"], rule
     assert verdict.report is not None
     assert verdict.report["provider"]["distribution"] == "acme-agent"
+
+
+@pytest.mark.timeout(1200)
+def test_one_breakage_fails_one_rule_and_the_rest_are_its_consequences(authored: Path) -> None:
+    # Each rule in its own process: the consequences are checked against the owner's own.
+    owner, others = "settlement:cancel-mid-run", ["cwd:parent-session", "quiescence:after-dispose"]
+    rules = [arg for req in (owner, *others) for arg in ("--rule", req)]
+    verdict = _verify(authored, "acme_agent.bypass:IgnoresHold", *rules)
+    out = "\n".join(verdict.lines)
+    assert verdict.status == 1, out
+    assert verdict.lines[-1].endswith(f": 1 of 3 rules failed: {owner}"), out
+    assert verdict.rule(owner)["outcome"] == "failed", out
+    assert "before it reached its hold point" in verdict.rule(owner)["detail"], out
+    for req in others:
+        assert (verdict.rule(req)["outcome"], verdict.rule(req)["detail"]) == (
+            "consequence",
+            owner,
+        ), out
 
 
 @pytest.mark.timeout(1200)

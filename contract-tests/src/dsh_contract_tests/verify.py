@@ -235,6 +235,8 @@ def _run_rule(root: Path, ini: Path, tests: list[str], bound: float) -> _Child:
         "--rootdir",
         str(root),
         "--noconftest",
+        "--basetemp",
+        str(root / "tmp"),  # inside the verify run's directory, removed with it
         "-p",
         "no:cacheprovider",
         "-p",
