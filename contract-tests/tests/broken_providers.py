@@ -229,11 +229,33 @@ class DisposeHangs(ExampleProvider):
         return _HangingDispose(await super().start(request), shielded=False)
 
 
+# A child that answers every directive, ``hold`` included, as if told ``complete``.
+_NEVER_HOLDS_CHILD = """
+import json, re, sys
+print(json.dumps({"type": "ready"}), flush=True)
+task = json.loads(sys.stdin.readline())["task"]
+found = re.search(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]+)", task)
+behaviour, token = found.groups() if found else ("complete", "done")
+if behaviour == "fail":
+    print(json.dumps({"type": "error", "message": "failed"}), flush=True)
+    sys.exit(3)
+print(json.dumps({"type": "final", "text": token}), flush=True)
+"""
+
+
+class IgnoresHold(ExampleProvider):
+    """Its child ignores the ``hold`` directive: it answers at once, as if told ``complete``."""
+
+    def launch(self, cwd: str) -> Launch:
+        return Launch(argv=(sys.executable, "-c", _NEVER_HOLDS_CHILD))
+
+
 BROKEN: dict[str, type[ExampleProvider]] = {
     "DisposeHangs": DisposeHangs,
     "DisposeHangsShielded": DisposeHangsShielded,
     "DropsOverlay": DropsOverlay,
     "HoldsSilently": HoldsSilently,
+    "IgnoresHold": IgnoresHold,
     "IgnoresPersona": IgnoresPersona,
     "IgnoresPreStartAbort": IgnoresPreStartAbort,
     "LeaksRawError": LeaksRawError,

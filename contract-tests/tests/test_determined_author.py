@@ -253,5 +253,13 @@ def test_sigint_ends_a_run_stuck_in_a_shielded_dispose_and_nothing_survives(
             kit.wait()
     assert kit.returncode == pytest.ExitCode.INTERRUPTED, out
     assert re.search(r"KeyboardInterrupt|Interrupted", out), out
+    # The interrupted account, and no rule blamed for the interrupt.
+    account = (
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 27 rules did "
+        "not run. not reached: the session ended before it: quiescence:after-dispose"
+    )
+    assert account in out.splitlines(), out
+    assert "ContractViolation" not in out, out
+    assert "Task exception was never retrieved" not in out, out
     watch.wait_gone(5.0)
     assert watch.kill_leftovers() == [], "processes of the kit run survived SIGINT"

@@ -85,6 +85,7 @@ def test_the_kit_readme_shows_the_generated_readmes_commands() -> None:
     generated = Scaffold.named("acme-agent").files()["README.md"]
     kit = KIT_README.read_text(encoding="utf-8")
     assert readme_commands(generated, "install-and-run") == readme_commands(kit, "install-and-run")
+    assert readme_commands(generated, "verify") == readme_commands(kit, "verify")
 
 
 def test_the_generated_code_is_typed_strictly(tmp_path: Path) -> None:
@@ -125,6 +126,10 @@ def test_the_unmodified_scaffold_passes_the_kit_from_wheels_in_a_fresh_venv(
     summary = ran.stdout.strip().splitlines()[-1]
     # Every keyless and loader rule, once (asyncio): passed, none opted out; only the two
     # opt-in continuation rules skip (the unmodified scaffold declares no continuation).
+    account = (
+        "dsh-contract tests/test_contract.py::TestAcmeAgentContract: every one of its 27 rules ran"
+    )
+    assert account in ran.stdout.splitlines(), ran.stdout  # the line the kit README shows
     match = re.fullmatch(r"(\d+) passed, 2 skipped in [\d.]+s( \(.*\))?", summary)
     assert match is not None, summary
     assert int(match.group(1)) == 33, summary

@@ -1,7 +1,9 @@
 """``python -m dsh_contract_tests``: the kit's command line.
 
 ``new NAME DIR`` writes a complete provider distribution into ``DIR`` (see
-:mod:`dsh_contract_tests.scaffold`).
+:mod:`dsh_contract_tests.scaffold`); ``verify PROVIDER`` runs every rule of the kit against
+an installed provider, each in a process the kit controls (see
+:mod:`dsh_contract_tests.verify`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     new.add_argument("name", metavar="NAME", help="the provider's name, e.g. acme-agent")
     new.add_argument("directory", metavar="DIR", type=Path, help="a new or empty directory")
+    check = commands.add_parser(
+        "verify",
+        help="run every rule against an installed provider, each in a process the kit controls",
+        description="Run every rule of the kit against an installed provider, each rule in "
+        "a pytest process of its own with the kit's own test module and configuration "
+        "(none of the project's conftest, addopts, PYTEST_ADDOPTS or plugins). Ends with "
+        "one summary line; exit status 0 only when every rule ran and passed.",
+    )
+    check.add_argument(
+        "provider",
+        metavar="PROVIDER",
+        help="an entry-point name in the dsh.subagent.providers group, or module:Class",
+    )
+    check.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
+    check.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds each provider call may take (default: the kit's 60; at most 120)",
+    )
+    check.add_argument(
+        "--rule",
+        action="append",
+        metavar="ID",
+        help="run only this rule (repeatable): the verdict is then PARTIAL, never a pass",
+    )
     args = parser.parse_args(argv)
+    if args.command == "verify":
+        return _verify(args)
     try:
         written = write_scaffold(args.name, args.directory)
     except ScaffoldError as exc:
@@ -42,6 +73,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {path.relative_to(root)}")
     print(f"next: read {root / 'README.md'}, section 'Run the kit'")
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from dsh_contract_tests.verify import (
+        VerifyError,
+        resolve,
+        run_verify,
+        summary_line,
+    )
+
+    try:
+        provider = resolve(args.provider)
+        settle = {} if args.settle_timeout is None else {"settle_timeout": args.settle_timeout}
+        report = run_verify(provider, only=args.rule, **settle)
+    except VerifyError as exc:
+        print(f"dsh_contract_tests verify: {exc}", file=sys.stderr)
+        return 2
+    for rule in report.rules:
+        detail = f": {rule.detail}" if rule.detail else ""
+        print(f"{rule.outcome:<11} {rule.id}{detail}")
+    if args.report is not None:
+        args.report.write_text(report.to_json() + "\n", encoding="utf-8")
+    print(summary_line(report))
+    return 0 if report.verdict == "passed" else 1
 
 
 if __name__ == "__main__":

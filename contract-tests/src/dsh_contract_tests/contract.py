@@ -40,11 +40,35 @@ from dsh_contract_tests.plugin import REQUIREMENT_MARKER
 from dsh_contract_tests.scenario import ChildSetup, ProviderFactory
 
 __all__ = [
+    "SETTLE_TIMEOUT_CAP",
     "ContractHarness",
     "CredentialedProviderContract",
     "ProviderContract",
     "check_no_silent_opt_out",
 ]
+
+
+SETTLE_TIMEOUT_CAP = 120.0
+"""The most seconds ``settle_timeout`` may be set to.
+
+A provider call shielded from cancellation holds the run for a whole ``settle_timeout``
+before ``lifecycle:calls-return`` fails it (the kit cannot end it sooner without
+guessing): twice the 60 s default leaves room for a slow product start or teardown on a
+loaded machine and keeps the worst case of a run bounded."""
+
+
+def _check_settle_timeout(cls: type, value: object) -> None:
+    """Refuse a ``settle_timeout`` above the cap (or not a positive number), naming it."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= SETTLE_TIMEOUT_CAP
+    ):
+        raise TypeError(
+            f"{cls.__qualname__}.settle_timeout = {value!r}: the kit accepts a number of "
+            f"seconds above 0 and at most {SETTLE_TIMEOUT_CAP:g} (a larger bound lets a call "
+            "that never returns hold the run that long)"
+        )
 
 
 class ProviderContract:
@@ -65,6 +89,7 @@ class ProviderContract:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        _check_settle_timeout(cls, getattr(cls, "settle_timeout", None))
         bind_overrides(cls, ProviderContract)
 
     @pytest.fixture
@@ -96,6 +121,7 @@ class ProviderContract:
         monkeypatch: pytest.MonkeyPatch,
     ) -> Iterator[ContractHarness]:
         """The per-test harness."""
+        _check_settle_timeout(type(self), self.settle_timeout)  # a property, an instance value
 
         def harness(root: Path, patch: pytest.MonkeyPatch) -> ContractHarness:
             built = ContractHarness(

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 import anyio
 from _pytest.outcomes import Failed, OutcomeException, Skipped, XFailed
 
-from dsh_contract_tests import ledger
+from dsh_contract_tests import ledger, verify_child
 from dsh_contract_tests.watchdog import Hang, in_worker, run_isolated, run_isolated_sync
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALLS_RETURN",
+    "NO_PLUGIN",
     "Consequence",
     "ContractViolation",
     "KitSkipped",
@@ -61,9 +63,16 @@ _TRACE_LINES: Final = 40
 _CURRENT: contextvars.ContextVar[Requirement | None] = contextvars.ContextVar(
     "dsh_contract_rule", default=None
 )
-_ENTRIES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+_ENTRIES: contextvars.ContextVar[list[tuple[str, object]] | None] = contextvars.ContextVar(
     "dsh_contract_rule_entries", default=None
 )
+
+NO_PLUGIN: Final = (
+    "dsh-contract FAILED: a kit rule ran without the kit's pytest plugin, so no account of "
+    "which rules ran would be kept; remove -p no:dsh_contract_tests (addopts or "
+    "PYTEST_ADDOPTS), or load the plugin with -p dsh_contract_tests"
+)
+"""The one line that ends a run whose kit rules run without the plugin's accounting."""
 
 
 def _message(requirement: Requirement, observed: str, detail: str | None) -> str:
@@ -107,17 +116,36 @@ class Consequence(XFailed):
 
 
 def kit_skip(reason: str) -> NoReturn:
-    """Skip the running kit test for a reason of the kit's own (shown with the skip)."""
+    """Skip the running kit test for a reason of the kit's own (shown with the skip).
+
+    Only the kit's own modules skip as the kit: a call from anywhere else (a provider's
+    factory reaching for this helper) is a plain skip, which the account reports as a
+    rule that did not run.
+    """
+    caller = str(sys._getframe(1).f_globals.get("__name__", ""))
+    if not caller.startswith("dsh_contract_tests."):
+        raise Skipped(reason)
     raise KitSkipped(reason)
+
+
+def _raised_by_kit(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by the kit's own code (its innermost frame is the kit's):
+    a provider that raises the kit's skip or consequence itself is not the kit."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("dsh_contract_tests.")
 
 
 def _outcome(exc: BaseException) -> ledger.Outcome:
     if isinstance(exc, Consequence):
-        return "consequence"
+        return "consequence" if _raised_by_kit(exc) else "foreign-xfail"
     if isinstance(exc, XFailed):
         return "foreign-xfail"
     if isinstance(exc, KitSkipped):
-        return "kit-skip"
+        return "kit-skip" if _raised_by_kit(exc) else "foreign-skip"
     if isinstance(exc, Skipped):
         return "foreign-skip"
     if isinstance(exc, KeyboardInterrupt | SystemExit) or (
@@ -136,21 +164,22 @@ def current_rule() -> Requirement | None:
     return _CURRENT.get()
 
 
-def rule_entered(requirement: Requirement) -> None:
-    """Record that the kit's own rule ran (what an opted-out override must do)."""
+def rule_entered(requirement: Requirement, harness: object = None) -> None:
+    """Record that the kit's own rule ran, and with which harness (what an opted-out
+    override must do, with the kit's own ``contract`` object)."""
     entries = _ENTRIES.get()
     if entries is not None:
-        entries.append(requirement.id)
+        entries.append((requirement.id, harness))
 
 
 class RuleEntries:
-    """Collect the ids of the kit rules entered in this context (nesting-safe)."""
+    """Collect ``(id, harness)`` of the kit rules entered in this context (nesting-safe)."""
 
     def __init__(self) -> None:
-        self.entered: list[str] = []
-        self._token: contextvars.Token[list[str] | None] | None = None
+        self.entered: list[tuple[str, object]] = []
+        self._token: contextvars.Token[list[tuple[str, object]] | None] | None = None
 
-    def __enter__(self) -> list[str]:
+    def __enter__(self) -> list[tuple[str, object]]:
         self._outer = _ENTRIES.get()
         self._token = _ENTRIES.set(self.entered)
         return self.entered
@@ -228,20 +257,55 @@ async def _hung(hang: Hang, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
     raise ContractViolation(REQUIREMENTS[CALLS_RETURN], str(hang))
 
 
+def _begin(requirement: Requirement, emit: Callable[[dict[str, Any]], None]) -> str:
+    """The outermost rule of a test starts: its node id (the run ends if unaccounted)."""
+    node = ledger.current_nodeid()
+    if node is None:
+        import pytest
+
+        pytest.exit(NO_PLUGIN, returncode=1)
+    emit({"event": "begin", "node": node, "id": requirement.id})
+    return node
+
+
+def _end(
+    node: str | None,
+    requirement: Requirement,
+    outcome: ledger.Outcome,
+    detail: str,
+    emit: Callable[[dict[str, Any]], None],
+    record: Callable[[str, ledger.Outcome, str], None],
+) -> None:
+    """The outermost rule of a test ended: tell the ledger and a verify run's channel."""
+    record(requirement.id, outcome, detail)
+    emit({"event": "end", "node": node, "id": requirement.id, "outcome": outcome, "detail": detail})
+
+
 def bind_rule(requirement: Requirement, func: _F) -> _F:
     """Wrap a kit test so that however it ends early, the failure names ``requirement``.
 
     The outermost rule of a test runs in a thread of its own under the watchdog
     (:mod:`dsh_contract_tests.watchdog`): a provider call that never returns, even one
     shielded from cancellation, ends the test under :data:`CALLS_RETURN`. It also tells
-    the run's ledger what it did (a rule run inside another, as a probe, does not).
+    the run's ledger what it did (a rule run inside another, as a probe, does not), and a
+    verify run's evidence channel (:mod:`dsh_contract_tests.verify_child`). Both writers
+    are bound here, when the rules are defined, before any provider code is imported.
     """
+    emit, record = verify_child.emit, ledger.record
+
+    def begin(requirement: Requirement) -> str:
+        return _begin(requirement, emit)
+
+    def end(node: str | None, req: Requirement, outcome: ledger.Outcome, detail: str) -> None:
+        _end(node, req, outcome, detail, emit, record)
+
     if inspect.iscoroutinefunction(func):
 
         @functools.wraps(func)
         async def rule_async(*args: Any, **kwargs: Any) -> Any:
-            rule_entered(requirement)
+            rule_entered(requirement, _harness(args, kwargs))
             outermost = _CURRENT.get() is None
+            node = begin(requirement) if outermost else None
             token = _CURRENT.set(requirement)
             try:
                 if in_worker():
@@ -251,23 +315,31 @@ def bind_rule(requirement: Requirement, func: _F) -> _F:
                         result = await run_isolated(func, *args, **kwargs)
                     except Hang as hang:
                         await _hung(hang, args, kwargs)
+            except anyio.get_cancelled_exc_class():
+                # The test itself is being cancelled (Ctrl-C, the session ending): no
+                # rule failed, and a failure raised here would outlive the interrupt as
+                # an unretrieved task exception.
+                if outermost:
+                    end(node, requirement, "interrupted", "cancelled")
+                raise
             except BaseException as exc:
                 ended = verdict(requirement, exc)
                 if outermost:
-                    ledger.record(requirement.id, _outcome(ended), str(ended))
+                    end(node, requirement, _outcome(ended), str(ended))
                 raise ended from None
             finally:
                 _CURRENT.reset(token)
             if outermost:
-                ledger.record(requirement.id, "passed")
+                end(node, requirement, "passed", "")
             return result
 
         return rule_async  # type: ignore[return-value]
 
     @functools.wraps(func)
     def rule(*args: Any, **kwargs: Any) -> Any:
-        rule_entered(requirement)
+        rule_entered(requirement, _harness(args, kwargs))
         outermost = _CURRENT.get() is None
+        node = begin(requirement) if outermost else None
         token = _CURRENT.set(requirement)
         try:
             if in_worker():
@@ -281,12 +353,12 @@ def bind_rule(requirement: Requirement, func: _F) -> _F:
         except BaseException as exc:
             ended = verdict(requirement, exc)
             if outermost:
-                ledger.record(requirement.id, _outcome(ended), str(ended))
+                end(node, requirement, _outcome(ended), str(ended))
             raise ended from None
         finally:
             _CURRENT.reset(token)
         if outermost:
-            ledger.record(requirement.id, "passed")
+            end(node, requirement, "passed", "")
         return result
 
     return rule  # type: ignore[return-value]

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from dsh_contract_tests.failures import (
+    Consequence,
     ContractViolation,
     RuleEntries,
     SilentOptOut,
@@ -90,16 +91,33 @@ def _opt_out(name: str, base: Callable[..., Any], override: Callable[..., Any]) 
     def arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
         return kwargs if accepted is None else {k: v for k, v in kwargs.items() if k in accepted}
 
-    def silent(entered: list[str], raised: BaseException | None = None) -> SilentOptOut | None:
-        if req_id in entered:
+    strict = _xfail_strict_with_reason(override)
+
+    def silent(
+        entered: list[tuple[str, object]],
+        kwargs: dict[str, Any],
+        raised: BaseException | None = None,
+    ) -> SilentOptOut | Consequence | None:
+        # The rule must have run with the kit's own harness: run with anything else (None,
+        # a stand-in) it fails on its own argument, not on the provider, and an xfail
+        # would take that for the provider's breakage.
+        harness = kwargs.get("contract")
+        if any(i == req_id and (harness is None or h is harness) for i, h in entered):
             return None
         ended = "" if raised is None else f" (it ended with {render_error(raised)})"
-        return SilentOptOut(
-            guard,
+        ran = any(i == req_id for i, _ in entered)
+        how = " with the kit's own contract object" if ran else ""
+        observed = (
             f"{name} is overridden, but the override never ran the kit's rule {req_id}"
-            f"{ended}: an opt-out calls super().{name}(...) so that the rule still runs and "
-            "a strict XPASS reports the day the provider meets it",
+            f"{how}{ended}: an opt-out calls super().{name}(contract) with the contract it "
+            "was given, so that the rule still runs and a strict XPASS reports the day the "
+            "provider meets it"
         )
+        if not strict:
+            # The guard test fails for this override already (no strict xfail with a
+            # reason): one opt-out, one failure, this test its consequence.
+            return Consequence(f"consequence of {guard.id} (its own test fails): {observed}")
+        return SilentOptOut(guard, observed)
 
     if inspect.iscoroutinefunction(base):
 
@@ -111,10 +129,10 @@ def _opt_out(name: str, base: Callable[..., Any], override: Callable[..., Any]) 
                     if inspect.isawaitable(result):
                         await result
                 except BaseException as exc:
-                    if (problem := silent(entered, exc)) is not None:
+                    if (problem := silent(entered, kwargs, exc)) is not None:
                         raise problem from None
                     raise
-            if (problem := silent(entered)) is not None:
+            if (problem := silent(entered, kwargs)) is not None:
                 raise problem
 
         bound: Any = opted_out_async
@@ -126,10 +144,10 @@ def _opt_out(name: str, base: Callable[..., Any], override: Callable[..., Any]) 
                 try:
                     override(self, **arguments(kwargs))
                 except BaseException as exc:
-                    if (problem := silent(entered, exc)) is not None:
+                    if (problem := silent(entered, kwargs, exc)) is not None:
                         raise problem from None
                     raise
-            if (problem := silent(entered)) is not None:
+            if (problem := silent(entered, kwargs)) is not None:
                 raise problem
 
         bound = opted_out

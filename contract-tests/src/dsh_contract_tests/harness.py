@@ -43,12 +43,11 @@ from dsh_contract_tests.failures import (
     CALLS_RETURN,
     Consequence,
     ContractViolation,
-    KitTimeout,
     current_rule,
     render_error,
 )
 from dsh_contract_tests.manifest import REQUIREMENTS
-from dsh_contract_tests.processes import ProcessWatch
+from dsh_contract_tests.processes import ProcessFacts, ProcessWatch
 from dsh_contract_tests.scenario import (
     ENV_ERROR_TEXT,
     ENV_READY_DIR,
@@ -64,6 +63,7 @@ from dsh_contract_tests.scenario import (
 from dsh_contract_tests.watchdog import Hang, pending
 
 __all__ = [
+    "HOLD_OWNER",
     "OVERLAY_CREDENTIAL_NAME",
     "ContractHarness",
     "describe_ready_file",
@@ -90,12 +90,23 @@ _OVERLAY_SETTLE = 1.0
 """Seconds every root process of a run must lack the kit's overlay before the kit says the
 overlay never reached the child (a stray process may appear before the child does)."""
 
+HOLD_OWNER = "settlement:cancel-mid-run"
+"""The rule a run that never reaches its hold point breaks: its scenario is exactly a
+working run, cancelled. Every other test that waits for a hold point is its consequence."""
+
 Probe = Callable[[str], Awaitable[bool]]
 """Runs the kit test of a requirement id once for this test class: ``True`` if it fails."""
 
 
 def _one_line(text: str) -> str:
     return text.replace("\n", "\\n")
+
+
+def _age(proc: psutil.Process) -> float:
+    try:
+        return time.time() - proc.create_time()
+    except psutil.Error:
+        return 0.0
 
 
 def describe_ready_file(setup: ChildSetup, token: str) -> str:
@@ -159,9 +170,17 @@ class ContractHarness:
         return self._dir(name)
 
     def setup(
-        self, *, cwd_override: str | None = None, secrets: PlantedSecrets | None = None
+        self,
+        *,
+        cwd_override: str | None = None,
+        secrets: PlantedSecrets | None = None,
+        kit_variables: bool = True,
     ) -> ChildSetup:
-        """A fresh :class:`ChildSetup` with temporary homes and the kit's overlay."""
+        """A fresh :class:`ChildSetup` with temporary homes and the kit's overlay.
+
+        ``kit_variables=False``: the overlay holds only the temporary homes, nothing a
+        provider could tell a kit run by (the ``complete`` scenarios need none of it).
+        """
         base = self._dir("setup")
         home = ProductHome(base / "home", base / "codex-home", base / "claude", base / "tmp")
         for path in (home.home, home.codex_home, home.claude_config_dir, home.tmpdir):
@@ -172,13 +191,14 @@ class ContractHarness:
         scratch.mkdir()
         error_text = secrets.raw_error if secrets else "contract raw error " + "中" * 1500
         stderr_text = secrets.stderr if secrets else "contract stderr line"
-        env = {
-            **home.env(),
-            ENV_READY_DIR: str(ready),
-            ENV_ERROR_TEXT: error_text,
-            ENV_STDERR_TEXT: stderr_text,
-            OVERLAY_CREDENTIAL_NAME: "overlay-" + uuid.uuid4().hex,
-        }
+        env = home.env()
+        if kit_variables:
+            env |= {
+                ENV_READY_DIR: str(ready),
+                ENV_ERROR_TEXT: error_text,
+                ENV_STDERR_TEXT: stderr_text,
+                OVERLAY_CREDENTIAL_NAME: "overlay-" + uuid.uuid4().hex,
+            }
         return ChildSetup(
             env=env,
             cwd_override=cwd_override,
@@ -373,14 +393,42 @@ class ContractHarness:
         if "settled" in outcome:
             result: SubagentResult = outcome["settled"]
             first = (result.diagnostic or "no diagnostic").split("\n", 1)[0]
-            raise AssertionError(
+            await self.consequence(
+                HOLD_OWNER,
                 f"the hold run settled {result.stop_reason} ({first}) before it reached its "
                 f"hold point; the kit was waiting for {what}. A child told `hold` must keep "
-                "working until it is cancelled (the kit README, 'The child protocol')"
+                "working until it is cancelled (the kit README, 'The child protocol')",
             )
-        raise KitTimeout(
-            f"waited {self.hold_timeout:g} s for the hold run to reach its hold point: {what}"
+        await self.consequence(
+            HOLD_OWNER,
+            f"waited {self.hold_timeout:g} s for the hold run to reach its hold point: {what}",
         )
+
+    async def tree_while_running(self, run: SubagentRun) -> list[ProcessFacts]:
+        """What the run's tree holds once its child has started, for a run that may not
+        signal a hold point (its overlay carries none of the kit's variables).
+
+        Returns as soon as a root process of the run has lived :data:`_EXEC_AGE` seconds;
+        empty if the run settles first or ``hold_timeout`` runs out.
+        """
+        found: list[ProcessFacts] = []
+        with anyio.move_on_after(self.hold_timeout):
+            async with anyio.create_task_group() as group:
+
+                async def settled() -> None:
+                    with contextlib.suppress(Exception):
+                        await run.result()
+                    group.cancel_scope.cancel()
+
+                group.start_soon(settled)
+                while True:
+                    roots = self.watch.product_roots()
+                    if any(_age(proc) >= _EXEC_AGE for proc in roots):
+                        found = self.watch.facts()
+                        group.cancel_scope.cancel()
+                        break
+                    await anyio.sleep(0.02)
+        return found
 
     async def _overlay_missing(self) -> str:
         """Return once the run's root processes lack the kit's overlay variables.

@@ -24,7 +24,7 @@ import contextvars
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import pytest
 
@@ -32,8 +32,14 @@ __all__ = [
     "KIT_BASES",
     "PARTIAL_OPTION",
     "ClassAccount",
+    "Export",
     "Ledger",
+    "NodeVerdict",
     "Outcome",
+    "accounting",
+    "accounts",
+    "current_nodeid",
+    "merge",
     "record",
     "running",
 ]
@@ -80,6 +86,17 @@ def running(ledger: Ledger, nodeid: str) -> Iterator[None]:
         yield
     finally:
         _RUNNING.reset(token)
+
+
+def accounting() -> bool:
+    """Whether the running test is accounted for (the kit's plugin wraps its call)."""
+    return _RUNNING.get() is not None
+
+
+def current_nodeid() -> str | None:
+    """The node id of the test the plugin is running here, if any."""
+    current = _RUNNING.get()
+    return None if current is None else current.nodeid
 
 
 def record(req_id: str, outcome: Outcome, detail: str = "") -> None:
@@ -265,43 +282,83 @@ class Ledger:
             return f"xfailed from inside the rule by code that is not the kit's: {detail}", False
         return "interrupted", False
 
+    def export(self) -> Export:
+        """This session's account as plain data: what a pytest-xdist worker sends to the
+        controller, which merges the workers' (:func:`merge`) and accounts once."""
+        nodes: dict[str, NodeVerdict] = {}
+        for nodeid, (class_id, req_id) in self.items.items():
+            found = self._why_not(nodeid)
+            reports = self.reports.get(nodeid, {})
+            reason = self.honest.get(nodeid)
+            call = reports.get("call")
+            opted = found is None and reason is not None and call is not None and call.skipped
+            nodes[nodeid] = {
+                "class": class_id,
+                "id": req_id,
+                "ran": "setup" in reports,
+                "why": None if found is None else found[0],
+                "partial": found is not None and found[1],
+                "opted_out": reason if opted else None,
+            }
+        classes = {cid: b.__name__ for cid, cls in self.classes.items() if (b := kit_base(cls))}
+        return {"classes": classes, "nodes": nodes}
+
     def account(self) -> list[ClassAccount]:
         """Every provider test class's account, in collection order."""
-        from dsh_contract_tests.contract import CredentialedProviderContract, ProviderContract
+        return accounts(self.export(), partial_allowed=self.partial_allowed)
 
-        bases = {b.__name__: b for b in (ProviderContract, CredentialedProviderContract)}
-        accounts: list[ClassAccount] = []
-        for class_id, cls in self.classes.items():
-            base = kit_base(cls)
-            if base is None:
+
+NodeVerdict = dict[str, str | bool | None]
+"""One kit test's part of the account: its class, id, whether it ran here, why its rule
+did not run meaningfully (``None``: it did), whether that is a partial selection, and
+the reason of its honest opt-out."""
+
+Export = dict[str, Any]
+"""``{"classes": {class id: kit base name}, "nodes": {node id: NodeVerdict}}``."""
+
+
+def merge(into: Export | None, other: Export) -> Export:
+    """The account of two workers of one session: a test that ran on either counts as
+    it did there (every worker collects every test but runs only its share)."""
+    if into is None:
+        return {"classes": dict(other["classes"]), "nodes": dict(other["nodes"])}
+    into["classes"].update(other["classes"])
+    for nodeid, node in other["nodes"].items():
+        mine = into["nodes"].get(nodeid)
+        if mine is None or (node["ran"] and not mine["ran"]):
+            into["nodes"][nodeid] = node
+    return into
+
+
+def accounts(data: Export, *, partial_allowed: bool) -> list[ClassAccount]:
+    """Every provider test class's account from exported (or merged) data."""
+    from dsh_contract_tests.contract import CredentialedProviderContract, ProviderContract
+
+    bases = {b.__name__: b for b in (ProviderContract, CredentialedProviderContract)}
+    out: list[ClassAccount] = []
+    for class_id, base_name in data["classes"].items():
+        account = ClassAccount(class_id, expected_ids(bases[base_name]))
+        by_id: dict[str, list[NodeVerdict]] = {}
+        for node in data["nodes"].values():
+            if node["class"] == class_id:
+                by_id.setdefault(str(node["id"]), []).append(node)
+        for req_id in account.ids:
+            nodes = by_id.get(req_id, [])
+            account.cases[req_id] = len(nodes)
+            if not nodes:
+                account.missing[req_id] = {"not collected": 1}
                 continue
-            account = ClassAccount(class_id, expected_ids(bases[base.__name__]))
-            by_id: dict[str, list[str]] = {}
-            for nodeid, (owner, req_id) in self.items.items():
-                if owner == class_id:
-                    by_id.setdefault(req_id, []).append(nodeid)
-            for req_id in account.ids:
-                nodeids = by_id.get(req_id, [])
-                account.cases[req_id] = len(nodeids)
-                if not nodeids:
-                    account.missing[req_id] = {"not collected": 1}
+            for node in nodes:
+                why = node["why"]
+                if why is None:
+                    if node["opted_out"] is not None:
+                        account.opted_out[req_id] = str(node["opted_out"])
                     continue
-                for nodeid in nodeids:
-                    found = self._why_not(nodeid)
-                    if found is None:
-                        reason = self.honest.get(nodeid)
-                        call = self.reports.get(nodeid, {}).get("call")
-                        if reason is not None and call is not None and call.skipped:
-                            account.opted_out[req_id] = reason
-                        continue
-                    why, partial = found
-                    target = (
-                        account.partial if partial and self.partial_allowed else account.missing
-                    )
-                    whys = target.setdefault(req_id, {})
-                    whys[why] = whys.get(why, 0) + 1
-            accounts.append(account)
-        return accounts
+                target = account.partial if node["partial"] and partial_allowed else account.missing
+                whys = target.setdefault(req_id, {})
+                whys[str(why)] = whys.get(str(why), 0) + 1
+        out.append(account)
+    return out
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

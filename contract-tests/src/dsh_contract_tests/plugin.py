@@ -23,6 +23,7 @@ from dsh_contract_tests import ledger
 __all__ = [
     "MARKERS",
     "REQUIREMENT_MARKER",
+    "VERIFY_CHANNEL_OPTION",
     "pytest_addhooks",
     "pytest_addoption",
     "pytest_configure",
@@ -69,9 +70,23 @@ def _positive(text: str) -> int:
     return value
 
 
+VERIFY_CHANNEL_OPTION = "--dsh-verify-channel"
+"""Set only by a verify run (``python -m dsh_contract_tests verify``) in its children."""
+
+_XDIST_KEY = "dsh_contract_account"
+"""Where a pytest-xdist worker hands its share of the account to the controller."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the kit's command-line options."""
     group = parser.getgroup("dsh-contract", "dsh subagent provider contract kit")
+    group.addoption(
+        VERIFY_CHANNEL_OPTION,
+        type=int,
+        default=None,
+        metavar="FD",
+        help=argparse.SUPPRESS,
+    )
     group.addoption(
         "--dsh-secret-examples",
         type=_positive,
@@ -111,16 +126,24 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, description in MARKERS.items():
         if name not in known:
             config.addinivalue_line("markers", f"{name}: {description}")
+    channel = config.getoption(VERIFY_CHANNEL_OPTION, default=None)
+    if channel is not None:
+        from dsh_contract_tests import verify_child
+
+        verify_child.open_channel(channel)  # before any provider code is imported
     partial = bool(config.getoption(ledger.PARTIAL_OPTION, default=False))
-    config.pluginmanager.register(_Accounting(ledger.Ledger(partial_allowed=partial)))
+    accounting = _Accounting(ledger.Ledger(partial_allowed=partial), verify=channel is not None)
+    config.pluginmanager.register(accounting)
 
 
 class _Accounting:
     """The hooks that feed one session's :class:`~dsh_contract_tests.ledger.Ledger`."""
 
-    def __init__(self, book: ledger.Ledger) -> None:
+    def __init__(self, book: ledger.Ledger, *, verify: bool = False) -> None:
         self.book = book
+        self.verify = verify  # a verify child: its parent keeps the account
         self.lines: list[str] = []
+        self.merged: ledger.Export | None = None  # the workers' accounts (xdist controller)
 
     def pytest_collectstart(self, collector: pytest.Collector) -> None:
         if isinstance(collector, pytest.Class) and ledger.kit_base(collector.obj) is not None:
@@ -135,6 +158,12 @@ class _Accounting:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.book.collection_finished(session.items)
+        if self.verify:  # what the verify parent expects evidence of, before any provider code
+            from dsh_contract_tests.verify_child import emit
+
+            for item in session.items:
+                if item.nodeid in self.book.items:
+                    emit({"event": "collected", "node": item.nodeid})
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -144,11 +173,29 @@ class _Accounting:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.book.report(report)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        """A pytest-xdist worker ended: merge its share of the account."""
+        share = getattr(node, "workeroutput", {}).get(_XDIST_KEY)
+        if share is not None:
+            self.merged = ledger.merge(self.merged, share)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if not self.book.classes:
+        if self.verify:
             return
-        accounts = self.book.account()
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:  # an xdist worker: the controller accounts
+            if self.book.classes:
+                workeroutput[_XDIST_KEY] = self.book.export()
+            return
+        if self.merged is not None:
+            partial = self.book.partial_allowed
+            accounts = ledger.accounts(self.merged, partial_allowed=partial)
+        elif self.book.classes:
+            accounts = self.book.account()
+        else:
+            return
         self.lines = [line for account in accounts for line in account.lines()]
         incomplete = any(a.missing or a.partial for a in accounts)
         if incomplete and session.exitstatus == pytest.ExitCode.OK:

@@ -13,12 +13,73 @@ processes (their cwd and environment).
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 from dsh_subprocess import testing
 
-__all__ = ["ProcessFacts", "ProcessWatch"]
+__all__ = ["ProcessFacts", "ProcessWatch", "Spawn", "spawns"]
+
+_SPAWN_EVENTS = {"subprocess.Popen": (1, 3), "os.posix_spawn": (1, 2), "os.exec": (1, 2)}
+"""Audit events that start a program in this process: (argv index, env index)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """A program this process started, with the environment it was given."""
+
+    argv: str
+    env: dict[str, str]
+
+
+_LOCK = threading.Lock()
+_COLLECTORS: list[list[Spawn]] = []
+_HOOKED: list[bool] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    where = _SPAWN_EVENTS.get(event)
+    if where is None or not _COLLECTORS:
+        return
+    argv_at, env_at = where
+    try:
+        argv = " ".join(str(a) for a in list(args[argv_at] or [])[:4])
+        env = args[env_at] if len(args) > env_at else None
+        given = dict(os.environ) if env is None else {str(k): str(v) for k, v in env.items()}
+    except Exception:  # an audit hook must never break a spawn
+        return
+    with _LOCK:
+        for collector in _COLLECTORS:
+            collector.append(Spawn(argv, given))
+
+
+@contextmanager
+def spawns() -> Iterator[list[Spawn]]:
+    """Collect every program this process starts meanwhile, with its environment.
+
+    Read from the interpreter's audit events (``subprocess.Popen``, ``os.posix_spawn``,
+    ``os.exec``), which fire before the program starts: a child that lives a few
+    milliseconds is still seen, and an environment passed as ``None`` (inherited) is
+    recorded as this process's own. An audit hook cannot be removed, so one is installed
+    per process and collects only inside this context.
+    """
+    with _LOCK:
+        if not _HOOKED:
+            sys.addaudithook(_audit)
+            _HOOKED.append(True)
+        collected: list[Spawn] = []
+        _COLLECTORS.append(collected)
+    try:
+        yield collected
+    finally:
+        with _LOCK:
+            _COLLECTORS.remove(collected)
 
 
 @dataclass(frozen=True, slots=True)

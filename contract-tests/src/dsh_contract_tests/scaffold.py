@@ -389,6 +389,15 @@ uv pip install --quiet --no-sources --python .venv/bin/python "$$WHEELS"/*.whl d
 .venv/bin/python -m pytest -q
 ```
 
+Then get the kit's verdict, the run CI trusts: every rule, each in a pytest process the
+kit controls (none of this project's conftest or configuration), ending with one summary
+line and a JSON report:
+
+<!-- ci: verify -->
+```bash
+.venv/bin/python -m dsh_contract_tests verify $name --report verify-report.json
+```
+
 Once the dsh packages are on PyPI, install `dsh-contract-tests` (it pulls the other two)
 instead of `"$$WHEELS"/*.whl`. The kit's README says how to build `WHEELS` from a
 dsh-python checkout, how to read a failure (each names its rule id), how the child is

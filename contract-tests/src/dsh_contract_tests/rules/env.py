@@ -9,6 +9,7 @@ import pytest
 
 from dsh_contract_tests.harness import OVERLAY_CREDENTIAL_NAME, ContractHarness
 from dsh_contract_tests.manifest import requirement
+from dsh_contract_tests.processes import spawns
 from dsh_contract_tests.scenario import ENV_READY_DIR, ChildSetup
 
 if TYPE_CHECKING:
@@ -45,15 +46,38 @@ async def _root_envs(
     return root_envs, [(f"{f.pid} ({f.name})", f.environ) for f in facts if f.environ is not None]
 
 
+async def _plain_envs(contract: ContractHarness) -> list[tuple[str, dict[str, str]]]:
+    """The environment of every process a ``hold`` run starts when the overlay holds
+    nothing of the kit's (only the temporary homes), so that a provider cannot tell this
+    run from one outside the kit by the kit's variables: each program as it was started
+    (read from audit events, however briefly it lived) and each process of the run's
+    tree once its child has started (the run is not waited on to signal a hold point)."""
+    provider = contract.provider(contract.setup(kit_variables=False))
+    request, _, _ = contract.request("hold", cwd=contract.workspace())
+    with spawns() as started:
+        async with contract.service(provider) as svc:
+            run = await contract.start(svc, request)
+            try:
+                facts = await contract.tree_while_running(run)
+            finally:
+                await contract.dispose(run)
+    await contract.check_quiescent("after dispose")
+    plain = " (a run without the kit's variables)"
+    envs = [(f"{f.pid} ({f.name}){plain}", f.environ) for f in facts if f.environ is not None]
+    return envs + [(f"{s.argv!r}{plain}", s.env) for s in started]
+
+
 @requirement("env:credential-scrubbed")
 @pytest.mark.anyio
 async def test_parent_credential_does_not_reach_child(
     self: ProviderContract, contract: ContractHarness
 ) -> None:
-    """A credential in the parent environment reaches no process of the run's tree."""
+    """A credential in the parent environment reaches no process of the run's tree, with
+    the kit's overlay and without it (a run without it looks like any other)."""
     planted = "planted-" + uuid.uuid4().hex
     contract.monkeypatch.setenv(PLANTED_CREDENTIAL_NAME, planted)
     _, envs = await _root_envs(contract, contract.setup())
+    envs += await _plain_envs(contract)
     for process, env in envs:
         assert PLANTED_CREDENTIAL_NAME not in env, (
             f"process {process} of the run's tree has the parent's {PLANTED_CREDENTIAL_NAME} "
