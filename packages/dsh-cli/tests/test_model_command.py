@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import anyio
 import pytest
-from cli_sandbox import Dsh, Sandbox, dsh, finish, no_traceback, run, wait_for_file
+from cli_sandbox import DSH, Dsh, Sandbox, dsh, finish, no_traceback, run, wait_for_file
 from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
 
 # Quotes, a dollar sign and two lines: the file must hold exactly this, unexpanded.
@@ -265,3 +266,38 @@ def test_the_profile_composes_with_both_tools_and_the_job_tools(
     assert "  subagent_codex -> codex (background: one-shot)" in out.splitlines()
     assert "  subagent_claude_code -> claude-code (background: one-shot)" in out.splitlines()
     assert "product processes started: 0" in out.splitlines()
+
+
+@pytest.mark.keyless
+def test_an_mcp_client_gets_the_scripted_edits_through_dsh_mcp(
+    sandbox: Sandbox, server: Server
+) -> None:
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    work = _workspace(sandbox, "work")
+    params = StdioServerParameters(
+        command=str(DSH),
+        args=["mcp", str(server.profile), "--workspace", str(work)],
+        env=sandbox.env,
+        cwd=str(sandbox.root),
+    )
+
+    async def calls() -> list[tuple[str, bool]]:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            answers = []
+            for tool in TOOLS.values():
+                result = await session.call_tool(
+                    tool, {"description": "edit", "prompt": "EDIT-TASK"}
+                )
+                [content] = result.content
+                answers.append((getattr(content, "text", ""), result.is_error))
+            return answers
+
+    assert anyio.run(calls) == [("EDITED", False), ("EDITED", False)]
+    assert (work / "edited.txt").read_text(encoding="utf-8") == CONTENT
+    assert server.others(sandbox) == []
