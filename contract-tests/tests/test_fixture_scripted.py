@@ -339,3 +339,37 @@ def test_a_body_larger_than_the_bound_is_refused_unread(wire: str) -> None:
             conn.close()
         recorded = fixture.requests if wire == "responses" else fixture.requests()
         assert list(recorded) == []
+
+
+@pytest.mark.parametrize("wire", ["responses", "messages"])
+def test_stopping_the_server_cuts_a_hold_and_never_answers_its_then(
+    served: list[Served], wire: str
+) -> None:
+    running = ScriptedModels(parse_script(SCRIPT), on_served=served.append)
+    running.start()
+    outcome: list[Any] = []
+
+    def ask() -> None:
+        try:
+            if wire == "responses":
+                outcome.append(
+                    _post(running.responses.base_url, "/v1/responses", _codex_body("wait"))
+                )
+            else:
+                outcome.append(
+                    _post(running.messages.base_url, "/v1/messages", _claude_body("wait"))
+                )
+        except (OSError, http.client.HTTPException) as exc:
+            outcome.append(type(exc))
+
+    waiter = threading.Thread(target=ask)
+    waiter.start()
+    fixture: Any = running.responses if wire == "responses" else running.messages
+    if wire == "responses":
+        fixture.wait_for_hold(timeout=30)
+    else:
+        fixture.wait_for_holds(1, timeout=30)
+    running.close()
+    waiter.join(timeout=30)
+    assert len(outcome) == 1
+    assert not (isinstance(outcome[0], tuple) and b"released" in outcome[0][1]), outcome
