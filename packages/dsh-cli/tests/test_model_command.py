@@ -301,3 +301,21 @@ def test_an_mcp_client_gets_the_scripted_edits_through_dsh_mcp(
     assert anyio.run(calls) == [("EDITED", False), ("EDITED", False)]
     assert (work / "edited.txt").read_text(encoding="utf-8") == CONTENT
     assert server.others(sandbox) == []
+
+
+@pytest.mark.keyless
+@pytest.mark.parametrize("product", ["codex", "claude-code"])
+def test_ctrl_c_of_the_server_while_a_run_is_held_ends_that_run_and_leaves_nothing(
+    sandbox: Sandbox, server: Server, product: str
+) -> None:
+    work = _workspace(sandbox, "work")
+    proc = dsh(sandbox, "run", str(server.profile), TOOLS[product], "HOLD-TASK", "--cwd", str(work))
+    _wait_for_line(server, "rule 3, step 1/1: hold")
+    code, out, err = server.stop()
+    assert code == 0, err
+    assert out.endswith("dsh model: stopped\n")
+    code, out, err = finish(proc)
+    assert code == 1, err  # the model went away: the product's error, never the then answer
+    assert "RELEASED" not in out
+    assert f"dsh: {product}: subagent run failed (stop reason: error)" in err.splitlines()
+    assert sandbox.survivors() == []
