@@ -108,7 +108,7 @@ def test_the_real_product_runs_the_command_and_writes_the_file_the_script_says(
     assert server.others(sandbox) == []
     code, _, log = server.stop()
     assert code == 0, log
-    wire = "Codex (Responses)" if product == "codex" else "Claude Code (Messages)"
+    wire = "Responses" if product == "codex" else "Messages"
     assert [line for line in log.splitlines() if line.startswith(f"dsh model: {wire}")] == [
         f"dsh model: {wire}: rule 1, step 1/3: run",
         f"dsh model: {wire}: rule 1, step 2/3: write",
@@ -319,3 +319,55 @@ def test_ctrl_c_of_the_server_while_a_run_is_held_ends_that_run_and_leaves_nothi
     assert "RELEASED" not in out
     assert f"dsh: {product}: subagent run failed (stop reason: error)" in err.splitlines()
     assert sandbox.survivors() == []
+
+
+@pytest.mark.keyless
+def test_codex_acp_is_bound_on_the_same_responses_wire(sandbox: Sandbox) -> None:
+    from acp_agent import codex_acp_or_skip
+
+    _env(sandbox)
+    directory = sandbox.root / "model"
+    proc = dsh(
+        sandbox,
+        "model",
+        "serve",
+        str(_script(sandbox)),
+        "--dir",
+        str(directory),
+        "--codex-acp",
+        codex_acp_or_skip(),
+    )
+    served = Server(proc, directory, directory / "profile.toml")
+    wait_for_file(served.profile, proc)
+    work = _workspace(sandbox, "work")
+    code, out, err = run(
+        sandbox, "run", str(served.profile), "subagent_codex_acp", "EDIT-TASK", "--cwd", str(work)
+    )
+    assert code == 0, err
+    assert out == "EDITED\n"
+    assert (work / "edited.txt").read_text(encoding="utf-8") == CONTENT
+    assert served.others(sandbox) == []
+    code, _, log = served.stop()
+    assert code == 0, log
+    assert "dsh model: Responses: rule 1, step 3/3: answer" in log.splitlines()
+    assert sandbox.survivors() == []
+
+
+def test_a_codex_acp_that_is_not_an_executable_is_exit_2_and_starts_nothing(
+    sandbox: Sandbox,
+) -> None:
+    directory = sandbox.root / "never"
+    missing = str(sandbox.root / "no-such-codex-acp")
+    code, _, err = run(
+        sandbox,
+        "model",
+        "serve",
+        str(_script(sandbox)),
+        "--dir",
+        str(directory),
+        "--codex-acp",
+        missing,
+    )
+    assert code == 2
+    assert err == f"dsh: error: --codex-acp {missing}: not an executable; nothing started\n"
+    assert not directory.exists()

@@ -36,10 +36,13 @@ __all__ = ["add_model_parser", "cmd_model"]
 PROFILE_NAME: Final = "profile.toml"
 CODEX_TOOL: Final = "subagent_codex"
 CLAUDE_TOOL: Final = "subagent_claude_code"
+CODEX_ACP_TOOL: Final = "subagent_codex_acp"
+# codex-acp streams a metadata warning into the answer for a model slug it does not know.
+_CODEX_ACP_MODEL: Final = "gpt-5.4-mini"
 # A held request sends nothing; Codex would give up on the silent stream after its idle
 # timeout, so the profile's Codex waits as long as anyone plausibly holds (one hour).
 _CODEX_IDLE_MS: Final = 3_600_000
-_WIRE_NAMES: Final = {"responses": "Codex (Responses)", "messages": "Claude Code (Messages)"}
+_WIRE_NAMES: Final = {"responses": "Responses", "messages": "Messages"}
 
 
 def add_model_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -67,6 +70,12 @@ def add_model_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where the profile and the products' homes go: a new or empty directory, "
         "kept afterwards (default: a temporary directory, removed afterwards)",
+    )
+    serve.add_argument(
+        "--codex-acp",
+        metavar="COMMAND",
+        help=f"also bind the tool {CODEX_ACP_TOOL} to this codex-acp executable "
+        "(e.g. as scripts/install-acp-agent installs it), on the same Responses wire",
     )
     check = actions.add_parser(
         "check",
@@ -138,7 +147,34 @@ def _table(name: str, values: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _write_profile(root: Path, models: Any) -> Path:
+def _codex_acp_rows(root: Path, models: Any, command: str) -> list[str]:
+    from dsh_contract_tests.fixtures import responses
+
+    env = responses.codex_keyless_env(root / "codex-acp")
+    responses.write_codex_config(
+        env["CODEX_HOME"],
+        models.responses.base_url,
+        model=_CODEX_ACP_MODEL,
+        sandbox_mode="danger-full-access",
+        stream_idle_timeout_ms=_CODEX_IDLE_MS,
+    )
+    env["RUST_LOG"] = "warn"
+    config = {
+        "command": command,
+        # Its shell snapshots would keep the agent's environment, fake key included.
+        "args": ["-c", "features.shell_snapshot=false"],
+        "permission": "allow",
+        "dispose_eof_grace": 0.2,  # codex-acp never exits on stdin EOF
+    }
+    return [
+        '[[providers]]\ntype = "acp"\nprovider_name = "codex-acp"',
+        _table("providers.config", config),
+        _table("providers.config.env", env),
+        f'[[tools]]\nname = "{CODEX_ACP_TOOL}"\nprovider = "codex-acp"',
+    ]
+
+
+def _write_profile(root: Path, models: Any, codex_acp: str | None = None) -> Path:
     from dsh_contract_tests.fixtures import messages, responses
 
     codex_env = responses.codex_keyless_env(root / "codex")
@@ -162,8 +198,10 @@ def _write_profile(root: Path, models: Any) -> Path:
         _table("providers.config.env", claude_env),
         f'[[tools]]\nname = "{CODEX_TOOL}"\nprovider = "codex"',
         f'[[tools]]\nname = "{CLAUDE_TOOL}"\nprovider = "claude-code"',
-        "[jobs]",
     ]
+    if codex_acp is not None:
+        sections += _codex_acp_rows(root, models, codex_acp)
+    sections.append("[jobs]")
     profile = root / PROFILE_NAME
     partial = root / f".{PROFILE_NAME}.partial"
     partial.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
@@ -172,9 +210,14 @@ def _write_profile(root: Path, models: Any) -> Path:
 
 
 def _serve(script: Any, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.codex_acp is not None:
+        found = shutil.which(args.codex_acp)
+        if found is None:
+            raise DshCliError(f"--codex-acp {args.codex_acp}: not an executable; nothing started")
+        args.codex_acp = str(Path(found).absolute())  # the profile is used from anywhere
     root, temporary = _directory(args.dir)
     try:
-        anyio.run(_serve_until_stopped, script, args.script, root, out, err)
+        anyio.run(_serve_until_stopped, script, args, root, out, err)
     finally:
         (root / PROFILE_NAME).unlink(missing_ok=True)
         if temporary:
@@ -184,7 +227,7 @@ def _serve(script: Any, args: argparse.Namespace, out: TextIO, err: TextIO) -> i
 
 
 async def _serve_until_stopped(
-    script: Any, source: str, root: Path, out: TextIO, err: TextIO
+    script: Any, args: argparse.Namespace, root: Path, out: TextIO, err: TextIO
 ) -> None:
     scripted = _scripted()
     from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
@@ -204,10 +247,10 @@ async def _serve_until_stopped(
         anyio.open_signal_receiver(*wanted) as signals,
         scripted.ScriptedModels(script, on_served=served) as models,
     ):
-        profile = _write_profile(root, models)
+        profile = _write_profile(root, models, args.codex_acp)
         pid = os.getpid()
         lines = [
-            f"dsh model: serving {source} ({len(script.rules)} rule(s)) on loopback",
+            f"dsh model: serving {args.script} ({len(script.rules)} rule(s)) on loopback",
             f"  Codex, codex-acp (OpenAI Responses): {models.responses.base_url}",
             f"  Claude Code (Anthropic Messages):    {models.messages.base_url}",
             f"profile: {profile}",
