@@ -168,6 +168,9 @@ def test_toml_and_json_files_load_alike(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert load_script(toml) == load_script(as_json)
+    shouted = tmp_path / "MODEL.JSON"
+    shouted.write_bytes(as_json.read_bytes())
+    assert load_script(shouted) == load_script(toml)
 
 
 @pytest.mark.parametrize(

@@ -25,11 +25,14 @@ import threading
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import anyio
 
 from dsh_cli.errors import DshCliError
+
+if TYPE_CHECKING:  # the kit is the demo extra, imported only when the command runs
+    from dsh_contract_tests.fixtures.scripted import ModelScript, ScriptedModels, Served
 
 __all__ = ["add_model_parser", "cmd_model"]
 
@@ -95,10 +98,11 @@ def _scripted() -> Any:
     return scripted
 
 
-def _load(path: str) -> Any:
+def _load(path: str) -> ModelScript:
     scripted = _scripted()
     try:
-        return scripted.load_script(path)
+        script: ModelScript = scripted.load_script(path)
+        return script
     except scripted.ScriptError as exc:
         raise DshCliError(f"{exc}; nothing started") from None
 
@@ -112,18 +116,14 @@ def cmd_model(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return _serve(script, args, out, err)
 
 
-def _describe(script: Any, source: str, out: TextIO) -> None:
+def _describe(script: ModelScript, source: str, out: TextIO) -> None:
     print(f"{source}: {len(script.rules)} rule(s)", file=out)
     for index, rule in enumerate(script.rules, start=1):
         which = (
             "any task" if rule.task_contains is None else f"tasks containing {rule.task_contains!r}"
         )
-        kinds = ", ".join(_step_kind(step) for step in rule.steps)
+        kinds = ", ".join(_scripted().step_kind(step) for step in rule.steps)
         print(f"  rule {index}: {which}: {kinds}", file=out)
-
-
-def _step_kind(step: Any) -> str:
-    return next(kind for kind in ("answer", "run", "write", "error", "hold") if hasattr(step, kind))
 
 
 def _directory(requested: str | None) -> tuple[Path, bool]:
@@ -147,7 +147,7 @@ def _table(name: str, values: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _codex_acp_rows(root: Path, models: Any, command: str) -> list[str]:
+def _codex_acp_rows(root: Path, models: ScriptedModels, command: str) -> list[str]:
     from dsh_contract_tests.fixtures import responses
 
     env = responses.codex_keyless_env(root / "codex-acp")
@@ -174,7 +174,7 @@ def _codex_acp_rows(root: Path, models: Any, command: str) -> list[str]:
     ]
 
 
-def _write_profile(root: Path, models: Any, codex_acp: str | None = None) -> Path:
+def _write_profile(root: Path, models: ScriptedModels, codex_acp: str | None = None) -> Path:
     from dsh_contract_tests.fixtures import messages, responses
 
     codex_env = responses.codex_keyless_env(root / "codex")
@@ -209,7 +209,7 @@ def _write_profile(root: Path, models: Any, codex_acp: str | None = None) -> Pat
     return profile
 
 
-def _serve(script: Any, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _serve(script: ModelScript, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.codex_acp is not None:
         found = shutil.which(args.codex_acp)
         if found is None:
@@ -227,14 +227,14 @@ def _serve(script: Any, args: argparse.Namespace, out: TextIO, err: TextIO) -> i
 
 
 async def _serve_until_stopped(
-    script: Any, args: argparse.Namespace, root: Path, out: TextIO, err: TextIO
+    script: ModelScript, args: argparse.Namespace, root: Path, out: TextIO, err: TextIO
 ) -> None:
     scripted = _scripted()
     from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
 
     lock = threading.Lock()
 
-    def served(event: Any) -> None:
+    def served(event: Served) -> None:
         where = "no rule" if event.rule is None else f"rule {event.rule + 1}"
         steps = f"step {event.step}" + (f"/{event.steps}" if event.steps else "")
         with lock, suppress(OSError, ValueError):  # a closed stderr must not end the server
