@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import anyio
+import psutil
 import pytest
 from cli_sandbox import DSH, Dsh, Sandbox, dsh, finish, no_traceback, run, wait_for_file
 from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
@@ -58,7 +59,26 @@ class Server:
 
     def others(self, box: Sandbox) -> list[int]:
         """Live processes of the sandbox other than the server itself."""
-        return [p.pid for p in box.survivors() if p.pid != self.proc.pid]
+        return leftovers(box, but=self.proc.pid)
+
+
+def leftovers(box: Sandbox, but: int | None = None) -> list[int]:
+    """The sandbox's live processes (``but`` aside) once dsh-subprocess's guards ended.
+
+    A guard server ends on its own moments after the dsh that started it: it is waited
+    for (a failure bound, not a timing) rather than reported while it is still leaving.
+    """
+    alive = [p for p in box.survivors() if p.pid != but]
+    guards = [p for p in alive if _is_guard(p)]
+    _, stuck = psutil.wait_procs(guards, timeout=60)
+    return sorted(p.pid for p in alive if p not in guards) + [p.pid for p in stuck]
+
+
+def _is_guard(proc: psutil.Process) -> bool:
+    try:
+        return any(arg.endswith("_guard.py") for arg in proc.cmdline())
+    except psutil.Error:
+        return False
 
 
 def _script(box: Sandbox, text: str = SCRIPT, name: str = "model.toml") -> Path:
@@ -209,7 +229,7 @@ def test_ctrl_c_stops_the_server_removes_what_it_made_and_leaves_nothing(
     for url in urls:
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((urlsplit(url).hostname, urlsplit(url).port), timeout=5)
-    assert sandbox.survivors() == []
+    assert leftovers(sandbox) == []
 
 
 def test_sigterm_stops_the_server_and_keeps_dir_without_the_profile(
@@ -219,7 +239,7 @@ def test_sigterm_stops_the_server_and_keeps_dir_without_the_profile(
     assert code == 0, err
     assert not server.profile.exists()  # it exists exactly while the model serves
     assert (server.directory / "codex" / "codex-home" / "config.toml").is_file()
-    assert sandbox.survivors() == []
+    assert leftovers(sandbox) == []
 
 
 def test_a_bad_script_is_one_line_exit_2_and_starts_nothing(sandbox: Sandbox) -> None:
@@ -233,7 +253,7 @@ def test_a_bad_script_is_one_line_exit_2_and_starts_nothing(sandbox: Sandbox) ->
         "nothing started\n"
     )
     assert not directory.exists()
-    assert sandbox.survivors() == []
+    assert leftovers(sandbox) == []
 
 
 def test_a_dir_that_is_not_empty_is_exit_2_and_starts_nothing(sandbox: Sandbox) -> None:
@@ -318,7 +338,7 @@ def test_ctrl_c_of_the_server_while_a_run_is_held_ends_that_run_and_leaves_nothi
     assert code == 1, err  # the model went away: the product's error, never the then answer
     assert "RELEASED" not in out
     assert f"dsh: {product}: subagent run failed (stop reason: error)" in err.splitlines()
-    assert sandbox.survivors() == []
+    assert leftovers(sandbox) == []
 
 
 @pytest.mark.keyless
@@ -350,7 +370,7 @@ def test_codex_acp_is_bound_on_the_same_responses_wire(sandbox: Sandbox) -> None
     code, _, log = served.stop()
     assert code == 0, log
     assert "dsh model: Responses: rule 1, step 3/3: answer" in log.splitlines()
-    assert sandbox.survivors() == []
+    assert leftovers(sandbox) == []
 
 
 def test_a_codex_acp_that_is_not_an_executable_is_exit_2_and_starts_nothing(
