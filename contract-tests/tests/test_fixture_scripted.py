@@ -376,3 +376,20 @@ def test_stopping_the_server_cuts_a_hold_and_never_answers_its_then(
     waiter.join(timeout=30)
     assert len(outcome) == 1
     assert not (isinstance(outcome[0], tuple) and b"released" in outcome[0][1]), outcome
+
+
+def test_a_follow_up_task_takes_its_own_rule_from_step_one(
+    models: ScriptedModels, served: list[Served]
+) -> None:
+    # The continued session carries the first task and its tool results; the follow-up's
+    # own text picks the rule, and only results after it count.
+    codex = _codex_body("write the greeting", results=2)
+    codex["input"].append(
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "outage"}]}
+    )
+    status, _ = _post(models.responses.base_url, "/v1/responses", codex)
+    claude = _claude_body("write the greeting", results=2)
+    claude["messages"].append({"role": "user", "content": [{"type": "text", "text": "outage"}]})
+    _post(models.messages.base_url, "/v1/messages", claude)
+    assert status == 429
+    assert [(s.rule, s.step, s.kind) for s in served] == [(1, 1, "error"), (1, 1, "error")]

@@ -67,7 +67,7 @@ def bash(box: Sandbox, name: str) -> subprocess.CompletedProcess[str]:
 
 def test_every_marked_block_is_run_here() -> None:
     names = re.findall(r"^<!-- ci: ([a-z-]+) -->$", TEXT, re.M)
-    assert names == ["script", "serve", "run", "batch-worktree", "in-ci"]
+    assert names == ["script", "serve", "run", "follow-up", "batch-worktree", "in-ci"]
 
 
 def test_the_guide_runs_as_written(sandbox: Sandbox) -> None:
@@ -96,6 +96,11 @@ def test_the_guide_runs_as_written(sandbox: Sandbox) -> None:
         ]
         for line in shown("the third run"):
             assert line in ran.stderr.splitlines()
+        follow = bash(sandbox, "follow-up")
+        assert follow.returncode == 0, follow.stderr
+        assert follow.stdout == "Nothing to do.\n"
+        first = json.loads((sandbox.root / "first.json").read_text(encoding="utf-8"))
+        assert first["answer"] == "Wrote greeting.txt."
         batch = bash(sandbox, "batch-worktree")
         assert batch.returncode == 0, batch.stderr
         assert len(batch.stdout.split()) == 2, batch.stdout  # two dsh/ branches

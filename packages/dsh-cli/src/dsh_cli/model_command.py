@@ -191,10 +191,13 @@ def _write_profile(root: Path, models: ScriptedModels, codex_acp: str | None = N
         "# Written by `dsh model serve`: both products keyless, against its loopback model.\n"
         "# The scripted commands are yours, so both products run them without asking.",
         '[[providers]]\ntype = "codex"\nprovider_name = "codex"',
-        _table("providers.config", {"permission_mode": "dangerously-bypass-approvals-and-sandbox"}),
+        _table(
+            "providers.config",
+            {"permission_mode": "dangerously-bypass-approvals-and-sandbox", "continuation": True},
+        ),
         _table("providers.config.env", codex_env),
         '[[providers]]\ntype = "claude-code"\nprovider_name = "claude-code"',
-        _table("providers.config", {"permission_mode": "bypassPermissions"}),
+        _table("providers.config", {"permission_mode": "bypassPermissions", "continuation": True}),
         _table("providers.config.env", claude_env),
         f'[[tools]]\nname = "{CODEX_TOOL}"\nprovider = "codex"',
         f'[[tools]]\nname = "{CLAUDE_TOOL}"\nprovider = "claude-code"',
