@@ -318,7 +318,10 @@ def test_an_mcp_client_gets_the_scripted_edits_through_dsh_mcp(
                 answers.append((getattr(content, "text", ""), result.is_error))
             return answers
 
-    assert anyio.run(calls) == [("EDITED", False), ("EDITED", False)]
+    answers = anyio.run(calls)
+    # The profile keeps sessions, so each answer names the continuation to follow up.
+    assert [(text.split("\n")[0], error) for text, error in answers] == [("EDITED", False)] * 2
+    assert all("[continuation id: c-" in text for text, _ in answers), answers
     assert (work / "edited.txt").read_text(encoding="utf-8") == CONTENT
     assert server.others(sandbox) == []
 
