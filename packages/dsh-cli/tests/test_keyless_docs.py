@@ -94,7 +94,7 @@ def test_the_guide_runs_as_written(sandbox: Sandbox) -> None:
             "Hello from the scripted model.",
             "exit status 1",
         ]
-        for line in shown("the third run"):
+        for line in shown("outage run ends"):
             assert line in ran.stderr.splitlines()
         follow = bash(sandbox, "follow-up")
         assert follow.returncode == 0, follow.stderr
