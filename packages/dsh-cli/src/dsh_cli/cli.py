@@ -1,5 +1,5 @@
 """The ``dsh`` command: ``check``, ``tools``, ``run``, ``batch``, ``agents``, ``worktrees``,
-``demo`` and ``mcp``.
+``model``, ``demo`` and ``mcp``.
 
 ``dsh mcp ...`` hands everything after ``mcp`` to the dsh-mcp distribution's own command
 (imported only then); without dsh-mcp installed it fails with one line and exit 2.
@@ -28,6 +28,7 @@ from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import DshCliError
 from dsh_cli.loader import Composition, load_profile
 from dsh_cli.logs import cli_logging
+from dsh_cli.model_command import add_model_parser, cmd_model
 from dsh_cli.run_command import (
     EXIT_CODES,
     EXIT_START_FAILED,
@@ -176,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_batch_parser(sub, common)
     add_agents_parser(sub, common)
     add_worktrees_parser(sub, common)
+    add_model_parser(sub, common)
 
     demo = sub.add_parser(
         "demo",
@@ -232,6 +234,8 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
                 code = cmd_agents(args, out)
             elif args.command == "worktrees":
                 code = cmd_worktrees(args, out, err)
+            elif args.command == "model":
+                code = cmd_model(args, out, err)
             else:
                 code = _cmd_demo(args, out, err)
             out.flush()  # a reader that went away shows here at the latest
