@@ -59,7 +59,7 @@ class Keyless:
         return CodexProvider(CodexConfig(env=dict(self.env), **config))
 
 
-def _keyless(tmp_path: Path, fixture: ResponsesFixture, **config: str) -> Keyless:
+def _keyless(tmp_path: Path, fixture: ResponsesFixture, **config: Any) -> Keyless:
     root = tmp_path / "keyless"
     workspace = root / "workspace"
     workspace.mkdir(parents=True)
