@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from fresh_venv import readme_commands, run_bash
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"
@@ -56,6 +57,16 @@ def _contracts() -> dict[str, dict[str, object]]:
 
 def test_dev_lint_runs_the_contracts() -> None:
     assert '"$UV" run --locked lint-imports --no-cache --no-logo' in DEV.read_text("utf-8")
+
+
+def test_the_documented_command_keeps_every_contract() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    commands = readme_commands(page, "lint-imports")
+    # The command ./dev lint runs (there through its own uv).
+    assert '"$UV" ' + commands.strip()[len("uv ") :] in DEV.read_text("utf-8")
+    done = run_bash(commands, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Contracts: {len(_contracts())} kept, 0 broken." in done.stdout
 
 
 def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ import pytest
 import release_check
 import release_set
 import yaml
+from fresh_venv import readme_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -225,3 +226,29 @@ def test_every_action_is_pinned_to_a_release() -> None:
             for step in _steps(job):
                 if "uses" in step:
                     assert pinned.match(str(step["uses"])), f"{path.name}: {name}: {step['uses']}"
+
+
+def test_the_documented_rehearsal_is_what_ci_runs_on_every_pull_request() -> None:
+    # VERSIONING.md's local rehearsal, line by line, is the dists job (after clearing
+    # dist/), so CI runs the block as written on every pull request; running it here too
+    # would repeat a build of the whole set and thirteen fresh venvs on a shared machine.
+    block = readme_commands((ROOT / "VERSIONING.md").read_text("utf-8"), "rehearse-release")
+    lines = [" ".join(line.split()) for line in block.splitlines() if line.strip()]
+    assert lines[0] == "rm -rf dist"
+    assert lines[1:] == _runs(_load(WORKFLOW)["jobs"]["dists"])
+
+
+def test_the_changelog_keeps_an_unreleased_section_in_keep_a_changelog_form() -> None:
+    # Step 2 of cutting a release renames Unreleased to the version; the kinds of change
+    # are Keep a Changelog's six.
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    releases = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    assert releases[0] == "[Unreleased]"
+    for heading in releases[1:]:
+        assert re.fullmatch(r"\[\d+\.\d+\.\d+\] - \d{4}-\d{2}-\d{2}", heading), heading
+    kinds = set(re.findall(r"^### (.+)$", text, re.MULTILINE))
+    assert kinds
+    assert kinds <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+    assert "rename\n   `Unreleased` to `[<version>] - <date>`" in (
+        ROOT / "VERSIONING.md"
+    ).read_text("utf-8")
