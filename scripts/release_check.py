@@ -72,22 +72,29 @@ class Built:
 
 
 def _read_metadata(path: Path) -> Message:
+    try:
+        raw = _raw(path)
+    except (OSError, zipfile.BadZipFile, tarfile.TarError) as exc:
+        kind = type(exc).__name__
+        raise ReleaseCheckError(f"{path.name}: not a readable archive ({kind}: {exc})") from None
+    if raw is None:
+        raise ReleaseCheckError(f"{path.name}: holds no METADATA / PKG-INFO")
+    return email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw)
+
+
+def _raw(path: Path) -> bytes | None:
     if path.name.endswith(".whl"):
         with zipfile.ZipFile(path) as archive:
-            member = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-            raw = archive.read(member)
-    else:
-        with tarfile.open(path) as archive:
-            member_info = next(
-                m
-                for m in archive.getmembers()
-                if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")
-            )
-            extracted = archive.extractfile(member_info)
-            if extracted is None:
-                raise ReleaseCheckError(f"{path.name}: PKG-INFO is not a file")
-            raw = extracted.read()
-    return email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw)
+            names = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+            return archive.read(names[0]) if len(names) == 1 else None
+    with tarfile.open(path) as archive:
+        members = [
+            m
+            for m in archive.getmembers()
+            if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO") and m.isfile()
+        ]
+        extracted = archive.extractfile(members[0]) if len(members) == 1 else None
+        return extracted.read() if extracted is not None else None
 
 
 def inspect(path: Path) -> Built:
@@ -121,6 +128,8 @@ def inspect(path: Path) -> Built:
 
 def check_versions(dist_dir: Path, tag: str | None = None) -> str:
     """The one lockstep version of the set in ``dist_dir`` (and the tag, when given)."""
+    if not dist_dir.is_dir():
+        raise ReleaseCheckError(f"{dist_dir}: not a directory (build the set into it first)")
     problems = release_set.check(dist_dir)
     if problems:
         raise ReleaseCheckError("not the release set: " + "; ".join(problems))

@@ -186,3 +186,30 @@ def test_the_command_line_prints_the_version_and_fails_with_one_line(
     assert release_check.main(["version", str(dist), "--tag", "v2.0.1"]) == 1
     err = capsys.readouterr().err
     assert err == "release_check: tag 'v2.0.1' is not the release version v2.0.0\n"
+
+
+def test_a_file_that_is_no_archive_is_named_in_one_line(tmp_path: Path) -> None:
+    dist = _release(tmp_path)
+    (dist / "dsh_cli-0.1.0-py3-none-any.whl").write_bytes(b"not a zip")
+    with pytest.raises(
+        release_check.ReleaseCheckError,
+        match=r"dsh_cli-0\.1\.0-py3-none-any\.whl: not a readable archive",
+    ):
+        release_check.check_versions(dist)
+
+
+def test_a_wheel_without_metadata_is_named(tmp_path: Path) -> None:
+    dist = _release(tmp_path)
+    with zipfile.ZipFile(dist / "dsh_cli-0.1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("dsh_cli/__init__.py", "")
+    with pytest.raises(release_check.ReleaseCheckError, match="holds no METADATA"):
+        release_check.check_versions(dist)
+
+
+def test_a_missing_directory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert release_check.main(["dry-run", str(tmp_path / "dist")]) == 1
+    assert capsys.readouterr().err == (
+        f"release_check: {tmp_path / 'dist'}: not a directory (build the set into it first)\n"
+    )
