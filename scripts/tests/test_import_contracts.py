@@ -10,6 +10,7 @@ install, so the real tree is never touched.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -145,3 +146,13 @@ def test_the_cli_exception_is_exactly_the_known_arrow() -> None:
         assert importer.startswith("dsh_mcp.")
         assert imported.startswith("dsh_cli.")
         assert "*" not in rule
+
+
+def test_dsh_subagent_runs_no_git_command() -> None:
+    # The contracts see imports; git as a command would be a string. dsh-worktree owns
+    # git, behind the isolation seam.
+    sources = sorted((ROOT / "packages" / "dsh-subagent" / "src").rglob("*.py"))
+    assert sources
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"""["']git["']""", text), path.relative_to(ROOT)
