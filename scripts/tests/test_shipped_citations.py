@@ -29,6 +29,7 @@ _SHIPPED_GLOBS = (
     "docs/**/*.md",
     "README.md",
     "VERSIONING.md",
+    "CHANGELOG.md",
 )
 
 _CITATIONS = {

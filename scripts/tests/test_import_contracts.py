@@ -1,0 +1,158 @@
+"""The architecture contracts (docs/architecture.md) hold, and a wrong import breaks them.
+
+import-linter reads the contracts from the root ``pyproject.toml`` and finds each root
+package on ``sys.path``. A broken tree is made by copying one distribution's import
+package into a temporary directory, adding a module with a wrong import, and putting
+that directory first on ``PYTHONPATH``: the copy shadows the workspace's editable
+install, so the real tree is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from fresh_venv import readme_commands, run_bash
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = ROOT / "pyproject.toml"
+DEV = ROOT / "dev"
+
+
+def _lint_imports(cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess[str]:
+    tool = Path(sys.executable).with_name("lint-imports")
+    assert tool.is_file(), "import-linter is not installed in the dev group (uv sync --all-groups)"
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return subprocess.run(
+        [str(tool), "--no-cache", "--no-logo", str(PYPROJECT)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def _package_dir(package: str) -> Path:
+    """Where the workspace keeps ``package``'s sources (its editable install points there)."""
+    found = [p for p in ROOT.glob(f"*/*/src/{package}") if p.is_dir()]
+    found += [p for p in ROOT.glob(f"*/src/{package}") if p.is_dir()]
+    assert len(found) == 1, f"{package}: {found}"
+    return found[0]
+
+
+def _contracts() -> dict[str, dict[str, object]]:
+    config = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["importlinter"]
+    return {c["id"]: c for c in config["contracts"]}
+
+
+def test_dev_lint_runs_the_contracts() -> None:
+    assert '"$UV" run --locked lint-imports --no-cache --no-logo' in DEV.read_text("utf-8")
+
+
+def test_the_documented_command_keeps_every_contract() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    commands = readme_commands(page, "lint-imports")
+    # The command ./dev lint runs (there through its own uv).
+    assert '"$UV" ' + commands.strip()[len("uv ") :] in DEV.read_text("utf-8")
+    done = run_bash(commands, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Contracts: {len(_contracts())} kept, 0 broken." in done.stdout
+
+
+def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Contracts: {len(_contracts())} kept, 0 broken." in done.stdout
+
+
+# (package copied, new module's source, ids of the contracts that must be reported broken)
+WRONG_IMPORTS = {
+    "core imports the command line": (
+        "dsh_subagent",
+        "import dsh_cli\n",
+        ["floors", "nothing-imports-cli", "subagent-core"],  # dsh_cli reaches dsh_worktree
+    ),
+    "bottom imports the core": ("dsh_subprocess", "import dsh_subagent\n", ["floors"]),
+    "a provider imports another": (
+        "dsh_subagent_codex",
+        "import dsh_subagent_claude_code\n",
+        ["floors", "providers"],
+    ),
+    "the core imports a product": ("dsh_subagent", "import claude_agent_sdk\n", ["subagent-core"]),
+    "the core imports the isolation package": (
+        "dsh_subagent",
+        "import dsh_worktree\n",
+        ["floors", "subagent-core"],
+    ),
+    # The known dsh_mcp -> dsh_cli arrow is an exception for today's imports only.
+    "a new arrow from dsh_mcp into dsh_cli": (
+        "dsh_mcp",
+        "from dsh_cli import batch\n",
+        ["nothing-imports-cli"],
+    ),
+    # A module that imports the registry, which imports it back.
+    "a cycle in a distribution without one": (
+        "dsh_tool_jobs",
+        "from dsh_tool_jobs import registry\n",
+        ["acyclic"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_IMPORTS))
+def test_a_wrong_import_breaks_the_contract_it_crosses(tmp_path: Path, case: str) -> None:
+    package, source, broken = WRONG_IMPORTS[case]
+    overlay = tmp_path / "overlay"
+    copy = overlay / package
+    shutil.copytree(_package_dir(package), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "_wrong.py").write_text(source, encoding="utf-8")
+    if package == "dsh_tool_jobs":
+        registry = copy / "registry.py"
+        text = registry.read_text(encoding="utf-8")
+        registry.write_text(text + "\nfrom dsh_tool_jobs import _wrong\n", encoding="utf-8")
+    done = _lint_imports(tmp_path, pythonpath=overlay)
+    assert done.returncode == 1, done.stdout + done.stderr
+    # Long contract names wrap in the report: compare with whitespace collapsed.
+    report = " ".join(done.stdout.split())
+    contracts = _contracts()
+    for contract_id in contracts:
+        name = " ".join(str(contracts[contract_id]["name"]).split())
+        status = "BROKEN" if contract_id in broken else "KEPT"
+        assert f"{name} {status}" in report, f"{contract_id} not {status}:\n{done.stdout}"
+    assert "._wrong" in report  # the offending module is named (relative in a cycle report)
+    assert f"Contracts: {len(contracts) - len(broken)} kept, {len(broken)} broken." in report
+
+
+def test_the_cli_exception_is_exactly_the_known_arrow() -> None:
+    # Each ignored import must exist (import-linter errors on one that no longer matches),
+    # and every one starts in dsh_mcp and ends in dsh_cli: the arrow the profiles library
+    # removes. Anything wider would hide a new arrow.
+    ignored = _contracts()["nothing-imports-cli"]["ignore_imports"]
+    assert isinstance(ignored, list)
+    assert ignored
+    for rule in ignored:
+        importer, _, imported = str(rule).partition(" -> ")
+        assert importer.startswith("dsh_mcp.")
+        assert imported.startswith("dsh_cli.")
+        assert "*" not in rule
+
+
+def test_dsh_subagent_runs_no_git_command() -> None:
+    # The contracts see imports; git as a command would be a string. dsh-worktree owns
+    # git, behind the isolation seam.
+    sources = sorted((ROOT / "packages" / "dsh-subagent" / "src").rglob("*.py"))
+    assert sources
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"""["']git["']""", text), path.relative_to(ROOT)
