@@ -51,7 +51,7 @@ OUTPUT_INVALID: Final = "output-invalid"
 MAX_REPORTED_VIOLATIONS: Final = 8
 """At most this many violations are named; the rest are counted."""
 
-OutputSchema: TypeAlias = "Mapping[str, JsonValue] | type[BaseModel]"
+OutputSchema: TypeAlias = Mapping[str, JsonValue] | type[BaseModel]
 """What a request's ``output_schema`` holds: a JSON Schema or a pydantic model class."""
 
 _ROOT_MESSAGE: Final = (
