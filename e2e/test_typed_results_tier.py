@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
+import mcp_types as types
 import pytest
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_contract_tests.fixtures.keyless_profile import (
@@ -21,6 +23,8 @@ from dsh_contract_tests.fixtures.keyless_profile import (
     keyless_products,
 )
 from dsh_subprocess.testing import ProcessWatch
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 pytestmark = pytest.mark.keyless
 
@@ -89,3 +93,72 @@ def test_claude_code_prints_the_validated_object(products: KeylessProducts) -> N
     record = json.loads(done.stdout)
     assert record["structured"] == VERDICT
     assert json.loads(record["answer"]) == VERDICT
+
+
+def _typed_profile(products: KeylessProducts) -> Path:
+    """The keyless profile with Codex's tool row typed (its schema as a TOML table)."""
+    text = products.profile.read_text(encoding="utf-8")
+    row = 'name = "subagent_codex"\nprovider = "codex-keyless"'
+    assert row in text
+    table = (
+        '\n[tools.output_schema]\ntype = "object"\nrequired = ["verdict", "findings"]\n'
+        "additionalProperties = false\n"
+        '[tools.output_schema.properties.verdict]\ntype = "string"\n'
+        '[tools.output_schema.properties.findings]\ntype = "integer"\n'
+    )
+    typed = products.profile.with_name("typed.toml")
+    typed.write_text(text.replace(row, row + table), encoding="utf-8")
+    return typed
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_mcp_declares_the_output_schema_and_returns_structured_content(
+    products: KeylessProducts, tmp_path: Path
+) -> None:
+    products.codex_model.enqueue(
+        responses.PlainAnswer(json.dumps(VERDICT), "final_answer"),
+        responses.PlainAnswer(json.dumps({"verdict": SECRET}), "final_answer"),
+    )
+    params = StdioServerParameters(
+        command=str(DSH),
+        args=["mcp", str(_typed_profile(products)), "--workspace", str(products.workspace)],
+        env={"HOME": str(tmp_path), "TMPDIR": str(tmp_path), "NO_PROXY": "127.0.0.1"},
+        cwd=str(tmp_path),
+    )
+    with ProcessWatch() as watch:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+            with anyio.fail_after(120):
+                good = await session.call_tool(
+                    "subagent_codex", {"description": "review", "prompt": "Review."}
+                )
+                bad = await session.call_tool(
+                    "subagent_codex", {"description": "review", "prompt": "Review."}
+                )
+        assert watch.alive() == [] or all(
+            any(a.endswith("_guard.py") for a in p.argv) for p in watch.alive()
+        )
+    declared = listed["subagent_codex"].output_schema
+    assert declared is not None
+    assert declared["properties"]["structured"]["required"] == ["verdict", "findings"]
+    assert listed["subagent_claude_code"].output_schema is None  # untyped rows unchanged
+    # The official client validated the structured content against the declared schema.
+    assert good.is_error is False
+    assert good.structured_content is not None
+    assert good.structured_content["structured"] == VERDICT
+    assert bad.is_error is True
+    assert bad.structured_content is not None
+    assert "structured" not in bad.structured_content
+    (block,) = bad.content
+    assert isinstance(block, types.TextContent)
+    diagnostic, _, partial = block.text.partition("\nPartial output before the run ended:\n")
+    assert "category: output-invalid" in diagnostic
+    assert SECRET not in diagnostic
+    # Deliberate: like any failed run's partial output, the answer itself follows apart from
+    # the diagnostic, so the calling model can see what it got back.
+    assert SECRET in partial

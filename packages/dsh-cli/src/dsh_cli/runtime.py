@@ -104,8 +104,11 @@ async def _service(
                 config = SubagentToolConfig(
                     tool_name=row.name,
                     provider=composition.instance_for(row.name),
-                    enable_run_in_background=row.background_mode == "one-shot",
+                    # A typed tool answers in the foreground: a Job's output is text.
+                    enable_run_in_background=row.background_mode == "one-shot"
+                    and row.output_schema is None,
                     max_depth="provider-managed",
+                    output_schema=row.output_schema,
                 )
                 tools[row.name] = SubagentTool(service, config, launcher)
             if composition.job_tools:
