@@ -118,3 +118,15 @@ def test_a_bad_batch_schema_file_is_a_usage_error_and_nothing_runs(
     assert main(argv, discovery=DISCOVERY) == 2
     assert "--output-schema" in capsys.readouterr().err
     assert not out.exists() or out.read_text(encoding="utf-8") == ""
+
+
+def test_a_typed_tool_row_types_the_batch(tmp_path: Path) -> None:
+    profile, tasks, out = _files(tmp_path, {"id": "a", "task": '{"n": 5}', "cwd": str(tmp_path)})
+    Path(profile).write_text(
+        '[[providers]]\ntype = "echo"\nprovider_name = "w"\n\n'
+        '[[tools]]\nname = "count"\nprovider = "w"\nbackground_mode = "disabled"\n'
+        '[tools.output_schema]\ntype = "object"\nrequired = ["n"]\n',
+        encoding="utf-8",
+    )
+    assert main(["batch", profile, "count", tasks, "--out", str(out)], discovery=DISCOVERY) == 0
+    assert _records(out)["a"]["structured"] == {"n": 5}

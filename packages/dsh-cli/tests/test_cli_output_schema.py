@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from dsh_cli import StaticDiscovery
+from dsh_cli import StaticDiscovery, load_profile
 from dsh_cli.cli import main
+from dsh_cli.errors import ProfileError
 from dsh_cli.run_command import EXIT_START_FAILED
 from dsh_subagent import SubagentCapabilities, TextBlock
 from dsh_subagent.testing import Script, ScriptedProvider
@@ -152,3 +153,43 @@ def test_a_missing_schema_file_is_one_line(
     assert capsys.readouterr().err == (
         f"dsh: error: --output-schema {missing}: cannot read the file (No such file or directory)\n"
     )
+
+
+def _tool_profile(tmp_path: Path, table: str) -> Path:
+    profile = tmp_path / "typed.toml"
+    profile.write_text(
+        '[[providers]]\ntype = "typed"\nprovider_name = "worker"\n\n'
+        '[[tools]]\nname = "review"\nprovider = "worker"\nbackground_mode = "disabled"\n'
+        f"[tools.output_schema]\n{table}\n",
+        encoding="utf-8",
+    )
+    return profile
+
+
+def test_a_tool_rows_schema_is_checked_at_load_naming_row_and_field(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError) as caught:
+        load_profile(_tool_profile(tmp_path, 'type = "array"'), discovery=DISCOVERY)
+    message = str(caught.value)
+    assert "tools row 1 ('review') field 'output_schema'" in message
+    assert "object-rooted JSON Schema" in message
+
+
+def test_a_typed_tool_row_forwards_its_schema_to_every_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = _tool_profile(
+        tmp_path,
+        'type = "object"\nrequired = ["verdict"]\n'
+        '[tools.output_schema.properties.verdict]\ntype = "string"\n',
+    )
+    TypedEntry.instances.clear()
+    assert _dsh("run", str(profile), "review", "Review.", "--json") == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["answer"] == '{"verdict": "ok", "score": 3}'
+    (provider,) = TypedEntry.instances
+    (run,) = provider.records
+    assert run.request.output_schema == {
+        "type": "object",
+        "required": ["verdict"],
+        "properties": {"verdict": {"type": "string"}},
+    }

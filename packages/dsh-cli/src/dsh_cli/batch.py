@@ -54,7 +54,12 @@ from pydantic import JsonValue
 
 from dsh_cli.batch_checks import check_base, check_out_path, check_task_cwds
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, TaskList, read_tasks
-from dsh_cli.batch_schema import add_output_schema_flag, with_output_schema
+from dsh_cli.batch_schema import (
+    add_output_schema_flag,
+    typed_row_schema,
+    with_output_schema,
+    with_schema,
+)
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import ProfileError, UsageError
 from dsh_cli.isolation import (
@@ -400,6 +405,7 @@ def cmd_batch(
     task_list = with_output_schema(read_tasks(args.tasks), args.output_schema)
     composition = load_batch_profile(args.profile, files, discovery=discovery)
     provider = resolve_target(composition, args.target, args.instance)
+    task_list = with_schema(task_list, typed_row_schema(composition, args.target, args.instance))
     # With --ray the settings travel to the actors, which isolate on their nodes; the
     # flags are checked here either way.
     worktree = worktree_from_flags(composition, provider, args) if args.ray is not None else None

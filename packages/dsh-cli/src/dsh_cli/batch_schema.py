@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from pydantic import JsonValue
+
 from dsh_cli.batch_io import TaskList
+from dsh_cli.loader import Composition
 from dsh_cli.output_schema import load_output_schema
 
-__all__ = ["add_output_schema_flag", "with_output_schema"]
+__all__ = ["add_output_schema_flag", "typed_row_schema", "with_output_schema", "with_schema"]
 
 
 def add_output_schema_flag(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +37,11 @@ def with_output_schema(tasks: TaskList, path: str | None) -> TaskList:
     Raises:
         UsageError: the file is unreadable or not an object-rooted JSON Schema.
     """
-    schema = load_output_schema(path)
+    return with_schema(tasks, load_output_schema(path))
+
+
+def with_schema(tasks: TaskList, schema: dict[str, JsonValue] | None) -> TaskList:
+    """``tasks`` with ``schema`` given to every task that has none (``None``: unchanged)."""
     if schema is None:
         return tasks
     folded = tuple(
@@ -44,3 +51,14 @@ def with_output_schema(tasks: TaskList, path: str | None) -> TaskList:
         for task in tasks.tasks
     )
     return dataclasses.replace(tasks, tasks=folded)
+
+
+def typed_row_schema(
+    composition: Composition, target: str, instance: bool
+) -> dict[str, JsonValue] | None:
+    """The ``output_schema`` of the tool row ``target`` names (``None``: none, or an
+    instance name): a typed tool's tasks are typed wherever they run."""
+    if instance:
+        return None
+    row = next((t for t in composition.tools if t.name == target), None)
+    return None if row is None else row.output_schema

@@ -97,8 +97,9 @@ class ToolRow(BaseModel):
     output_schema: dict[str, Any] | None = None
     """A JSON Schema (object root, as a TOML table) every answer of this tool must match:
     the run's result then carries the validated object (``dsh mcp`` declares it as the
-    tool's output schema). The provider must enforce schemas (Codex, Claude Code);
-    such a tool runs in the foreground only."""
+    tool's output schema). The provider must enforce schemas (Codex, Claude Code). A
+    background Job of such a tool is validated the same way; its output is the answer's
+    text."""
 
     @field_validator("output_schema")
     @classmethod

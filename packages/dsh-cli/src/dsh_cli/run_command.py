@@ -53,6 +53,7 @@ from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_tool_jobs import JobSnapshot
 from pydantic import JsonValue
 
+from dsh_cli.batch_schema import typed_row_schema
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import UsageError
 from dsh_cli.isolation import add_worktree_flags, check_isolation, isolate_from_flags
@@ -385,6 +386,8 @@ def cmd_run(
     with SpawnCounter(forbid=True):
         composition = load_profile(args.profile, discovery=discovery)
     provider = resolve_target(composition, args.target, args.instance)
+    if output_schema is None:  # a typed tool row's own schema
+        output_schema = typed_row_schema(composition, args.target, args.instance)
     composition = isolate_from_flags(composition, provider, args)
     cwd = os.path.abspath(args.cwd)
     check_isolation(composition, provider, [cwd])

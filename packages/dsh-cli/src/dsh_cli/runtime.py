@@ -104,9 +104,7 @@ async def _service(
                 config = SubagentToolConfig(
                     tool_name=row.name,
                     provider=composition.instance_for(row.name),
-                    # A typed tool answers in the foreground: a Job's output is text.
-                    enable_run_in_background=row.background_mode == "one-shot"
-                    and row.output_schema is None,
+                    enable_run_in_background=row.background_mode == "one-shot",
                     max_depth="provider-managed",
                     output_schema=row.output_schema,
                 )
