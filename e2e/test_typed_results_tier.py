@@ -25,13 +25,14 @@ from dsh_contract_tests.fixtures.keyless_profile import (
 from dsh_subprocess.testing import ProcessWatch
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from pydantic import JsonValue
 
 pytestmark = pytest.mark.keyless
 
 DSH = Path(sys.executable).with_name("dsh")
 SECRET = "TYPED-SECRET-0e4a"
 VERDICT = {"verdict": "approve", "findings": 2}
-SCHEMA = {
+SCHEMA: dict[str, JsonValue] = {
     "type": "object",
     "properties": {"verdict": {"type": "string"}, "findings": {"type": "integer"}},
     "required": ["verdict", "findings"],
@@ -162,3 +163,30 @@ async def test_mcp_declares_the_output_schema_and_returns_structured_content(
     # Deliberate: like any failed run's partial output, the answer itself follows apart from
     # the diagnostic, so the calling model can see what it got back.
     assert SECRET in partial
+
+
+def test_ray_data_rows_carry_the_validated_object(products: KeylessProducts) -> None:
+    from dsh_cli.ray_data import STRUCTURED_COLUMN, Delegate
+
+    products.codex_model.enqueue(
+        responses.PlainAnswer(json.dumps(VERDICT), "final_answer"),
+        responses.PlainAnswer(json.dumps({"verdict": SECRET}), "final_answer"),
+    )
+    batch = {"id": ["good", "bad"], "task": ["Review one.", "Review two."]}
+    with (
+        ProcessWatch() as watch,
+        Delegate(
+            str(products.profile),
+            "subagent_codex",
+            cwd=str(products.workspace),
+            output_schema=SCHEMA,
+        ) as step,
+    ):
+        out = step(batch)
+        columns = out.to_pydict() if hasattr(out, "to_pydict") else dict(out)
+    assert not [p for p in watch.alive() if not any(a.endswith("_guard.py") for a in p.argv)]
+    assert columns["stop_reason"] == ["completed", "error"]
+    assert json.loads(columns[STRUCTURED_COLUMN][0]) == VERDICT
+    assert columns[STRUCTURED_COLUMN][1] is None
+    assert "category: output-invalid" in columns["diagnostic"][1]
+    assert SECRET not in columns["diagnostic"][1]
