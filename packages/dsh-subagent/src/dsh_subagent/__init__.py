@@ -54,6 +54,7 @@ from dsh_subagent.framework_calls import (
     ParentSource,
     ToolCallRunner,
     parent_of,
+    typed_answer,
 )
 from dsh_subagent.lines import (
     DEFAULT_MAX_LINE_BYTES,
@@ -289,6 +290,7 @@ __all__ = [
     "settle_structured",
     "text_of",
     "tool_error",
+    "typed_answer",
     "validate_answer",
     "validate_configured_cwd",
 ]
