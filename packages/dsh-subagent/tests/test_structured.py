@@ -207,3 +207,55 @@ async def test_without_a_schema_nothing_changes(tmp_path: Path) -> None:
     assert result.stop_reason == COMPLETED
     assert result.structured is None
     assert result.text == "plain text"
+
+
+async def test_a_remote_reference_is_refused_before_start(tmp_path: Path) -> None:
+    provider = ScriptedProvider("p", [Script.answer("{}")], capabilities=ENFORCES)
+    schema: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {"a": {"$ref": "https://example.invalid/schema.json"}},
+    }
+    with pytest.raises(SubagentError) as caught:
+        await delegate(provider, "t", cwd=tmp_path, output_schema=schema)
+    assert caught.value.code == SubagentErrorCode.INVALID_REQUEST
+    assert "only local references" in caught.value.message
+    assert provider.start_count == 0
+
+
+async def test_a_model_without_a_json_schema_is_refused_before_start(tmp_path: Path) -> None:
+    from collections.abc import Callable
+
+    class Odd(BaseModel):
+        hook: Callable[[], None]
+
+    provider = ScriptedProvider("p", [Script.answer("{}")], capabilities=ENFORCES)
+    with pytest.raises(SubagentError) as caught:
+        await delegate(provider, "t", cwd=tmp_path, output_schema=Odd)
+    assert caught.value.code == SubagentErrorCode.INVALID_REQUEST
+    assert caught.value.message.startswith("subagent output_schema: the model has no JSON Schema")
+    assert provider.start_count == 0
+
+
+async def test_a_dangling_local_reference_is_refused_before_start(tmp_path: Path) -> None:
+    provider = ScriptedProvider("p", [Script.answer("{}")], capabilities=ENFORCES)
+    schema: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/Missing"}, "b": {"$ref": "#/properties/a"}},
+    }
+    with pytest.raises(SubagentError) as caught:
+        await delegate(provider, "t", cwd=tmp_path, output_schema=schema)
+    assert caught.value.message.endswith("a local reference ($ref) points at nothing in the schema")
+    assert provider.start_count == 0
+
+
+def test_a_schema_that_cannot_be_applied_is_a_violation_never_a_raise() -> None:
+    # Only reachable by calling validate_answer directly (the service refuses it first):
+    # settlement must never raise out of result().
+    schema: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/Missing"}},
+    }
+    value, violations = validate_answer('{"a": 1}', schema)
+    assert value is None
+    (violation,) = violations
+    assert violation.line().startswith("$: the schema cannot be applied (")

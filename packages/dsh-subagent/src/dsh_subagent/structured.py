@@ -87,13 +87,31 @@ def check_output_schema(schema: object) -> dict[str, JsonValue]:
         SubagentError: ``INVALID_REQUEST``, naming the field (never the schema's text).
     """
     if isinstance(schema, type) and issubclass(schema, BaseModel):
-        resolved = output_json_schema(schema)
+        try:
+            resolved = output_json_schema(schema)
+        except Exception as exc:  # e.g. a field type JSON Schema cannot express
+            raise SubagentError(
+                SubagentErrorCode.INVALID_REQUEST,
+                f"subagent output_schema: the model has no JSON Schema ({type(exc).__name__})",
+            ) from None
     elif isinstance(schema, Mapping):
         resolved = dict(schema)
     else:
         raise SubagentError(SubagentErrorCode.INVALID_REQUEST, _ROOT_MESSAGE)
     if resolved.get("type") != "object":
         raise SubagentError(SubagentErrorCode.INVALID_REQUEST, _ROOT_MESSAGE)
+    refs = list(_refs(resolved))
+    if any(not ref.startswith("#") for ref in refs):
+        raise SubagentError(
+            SubagentErrorCode.INVALID_REQUEST,
+            "subagent output_schema: only local references ($ref to #/...) are supported; "
+            "nothing is fetched",
+        )
+    if any(not _resolves(resolved, ref) for ref in refs):
+        raise SubagentError(
+            SubagentErrorCode.INVALID_REQUEST,
+            "subagent output_schema: a local reference ($ref) points at nothing in the schema",
+        )
     try:
         Draft202012Validator.check_schema(resolved)
     except SchemaError as exc:
@@ -104,6 +122,33 @@ def check_output_schema(schema: object) -> dict[str, JsonValue]:
             f"invalid {_keyword(exc.validator)})",
         ) from None
     return resolved
+
+
+def _refs(schema: object) -> Iterator[str]:
+    """Every ``$ref`` string in the schema."""
+    if isinstance(schema, Mapping):
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            yield ref
+        for value in schema.values():
+            yield from _refs(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _refs(item)
+
+
+def _resolves(schema: Mapping[str, JsonValue], ref: str) -> bool:
+    """Whether the local JSON pointer ``ref`` (``#/a/b``) names a part of ``schema``."""
+    node: object = schema
+    for raw in ref[1:].split("/")[1:] if ref != "#" else []:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
 
 
 def _schema_path(exc: SchemaError) -> str:
@@ -193,6 +238,8 @@ def validate_answer(text: str, schema: OutputSchema) -> tuple[Any, tuple[OutputV
         )
     except RecursionError:
         return None, (OutputViolation("$", "nested too deeply to validate"),)
+    except Exception as exc:  # a reference that does not resolve: never a raise out of result()
+        return None, (OutputViolation("$", f"the schema cannot be applied ({type(exc).__name__})"),)
     violations = tuple(v for error in errors for v in _describe(error, paths))
     if violations:
         return None, violations
