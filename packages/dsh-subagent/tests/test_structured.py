@@ -259,3 +259,24 @@ def test_a_schema_that_cannot_be_applied_is_a_violation_never_a_raise() -> None:
     assert value is None
     (violation,) = violations
     assert violation.line().startswith("$: the schema cannot be applied (")
+
+
+def test_structured_as_types_plain_json_and_refuses_a_missing_answer() -> None:
+    from dsh_subagent import SubagentResult
+
+    plain = SubagentResult(stop_reason=COMPLETED, structured=json.loads(CONFORMING))
+    review = plain.structured_as(Review)
+    assert isinstance(review, Review)
+    assert review.findings[0].path == "a.py"
+    failed = SubagentResult(stop_reason=ERROR, diagnostic="d")
+    with pytest.raises(ValueError, match=r"no structured answer \(stop reason error\)"):
+        failed.structured_as(Review)
+
+
+def test_a_result_with_a_model_instance_serialises_as_json() -> None:
+    from dsh_subagent import SubagentResult
+
+    review = Review.model_validate_json(CONFORMING)
+    result = SubagentResult(stop_reason=COMPLETED, structured=review)
+    dumped = result.model_dump(mode="json")
+    assert dumped["structured"] == json.loads(CONFORMING)
