@@ -49,3 +49,50 @@ def test_responses_route_follows_the_directive(task: str, expected: responses.Be
 )
 def test_messages_route_follows_the_directive(task: str, expected: messages.Behaviour) -> None:
     assert MessagesDirectiveRoute()(_messages_request(task)) == expected
+
+
+def _with_schema(request: responses.RecordedRequest) -> responses.RecordedRequest:
+    body = {**request.body, "text": {"format": {"type": "json_schema", "schema": {}}}}
+    return responses.RecordedRequest("POST", "/v1/responses", {}, json.dumps(body).encode(), body)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "schema", "expected"),
+    [
+        ("complete", True, '{"token": "T-00aa11"}'),
+        ("misshapen", True, '{"token": 7}'),
+        ("complete", False, "T-00aa11"),
+        ("misshapen", False, "T-00aa11"),
+    ],
+)
+def test_responses_route_answers_in_the_schemas_form_only_when_asked(
+    behaviour: str, schema: bool, expected: str
+) -> None:
+    request = _responses_request(f"dsh-contract/1 {behaviour} T-00aa11")
+    if schema:
+        request = _with_schema(request)
+    assert ResponsesDirectiveRoute()(request) == responses.PlainAnswer(
+        expected, phase="final_answer"
+    )
+
+
+def _messages_with_tool(content: object) -> messages.RecordedRequest:
+    body = {
+        "tools": [{"name": "StructuredOutput", "input_schema": {}}],
+        "messages": [
+            {"role": "user", "content": "dsh-contract/1 complete T-00aa11"},
+            {"role": "user", "content": content},
+        ],
+    }
+    return messages.RecordedRequest("POST", "/v1/messages", "", {}, body, json.dumps(body).encode())
+
+
+def test_messages_route_calls_the_structured_output_tool_then_ends_the_turn() -> None:
+    route = MessagesDirectiveRoute()
+    first = route(_messages_with_tool("go"))
+    assert first == messages.ToolUse("StructuredOutput", {"token": "T-00aa11"})
+    after = route(_messages_with_tool([{"type": "tool_result", "tool_use_id": "x"}]))
+    assert after == messages.TextAnswer("Done.")
+    assert route(_messages_request("dsh-contract/1 misshapen T-00aa11")) == messages.TextAnswer(
+        "T-00aa11"
+    )

@@ -170,6 +170,15 @@ class ProviderContract:
         rules.continuation.test_foreign_or_stale_handle_is_refused
     )
 
+    # -- output (typed results; opt-in) --------------------------------------------------
+
+    test_output_schema_refused_before_start = rules.output.test_output_schema_refused_before_start
+    test_output_flag_is_honest = rules.output.test_output_flag_is_honest
+    test_conforming_answer_yields_the_object = rules.output.test_conforming_answer_yields_the_object
+    test_nonconforming_answer_fails_with_the_fixed_category = (
+        rules.output.test_nonconforming_answer_fails_with_the_fixed_category
+    )
+
     # -- cwd ---------------------------------------------------------------------------
 
     test_child_runs_in_parent_session_cwd = rules.cwd.test_child_runs_in_parent_session_cwd

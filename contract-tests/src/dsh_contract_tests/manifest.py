@@ -65,7 +65,7 @@ _ALL: Final = (
     Requirement(
         "capability:out-of-process-declares-none",
         "An out-of-process provider (its runs have no local agent) advertises no start capability "
-        "(continuation aside) and does not inherit the parent context.",
+        "(continuation and output_schema aside) and does not inherit the parent context.",
     ),
     Requirement(
         "cwd:parent-session",
@@ -177,6 +177,29 @@ _ALL: Final = (
         "A handle of another provider instance, or naming a session the product does not have, "
         "is refused before publication with CONTINUATION_UNAVAILABLE and the fixed line: no "
         "lifecycle event, and no process left.",
+    ),
+    Requirement(
+        "output:refused-before-start",
+        "A request with an output_schema is refused before start(): with UNSUPPORTED_CAPABILITY "
+        "by a provider not declaring the output_schema capability, with INVALID_REQUEST for a "
+        "schema that is not object-rooted; no run, no lifecycle event, no process.",
+    ),
+    Requirement(
+        "output:flag-honest",
+        "A provider declaring the output_schema capability hands the schema to its product: "
+        "the same directive is answered in the schema's form only when the request carries one, "
+        "and a request without one completes exactly as before (no structured value).",
+    ),
+    Requirement(
+        "output:conforming-yields-object",
+        "With an output_schema, an answer that matches it completes with structured set to the "
+        "validated object (a model instance for a model class), the answer text kept.",
+    ),
+    Requirement(
+        "output:nonconforming-fails",
+        "With an output_schema, an answer that does not match it settles error with category "
+        "output-invalid, no structured value, a bounded diagnostic without the answer, and no "
+        "process left.",
     ),
     Requirement(
         "loader:entry-point-starts-nothing",

@@ -11,17 +11,60 @@ from __future__ import annotations
 import json
 
 from dsh_contract_tests.fixtures import loopback, messages, responses
-from dsh_contract_tests.scenario import find_directive, recalled_token
+from dsh_contract_tests.scenario import (
+    Directive,
+    find_directive,
+    misshapen_answer,
+    recalled_token,
+    structured_answer,
+)
 
 __all__ = ["LoopbackDirectiveRoute", "MessagesDirectiveRoute", "ResponsesDirectiveRoute"]
 
 _FIXTURE_ERROR = "fixture error"
 
+STRUCTURED_OUTPUT_TOOL = "StructuredOutput"
+"""The tool Claude Code offers the model when it was given a JSON schema (``--json-schema``)."""
+
+
+def _shaped(directive: Directive) -> dict[str, object]:
+    if directive.behaviour == "misshapen":
+        return misshapen_answer()
+    return structured_answer(directive.token)
+
+
+def _responses_schema(body: object) -> bool:
+    """Whether a Responses request asks for a JSON-schema answer (``text.format``)."""
+    text = body.get("text") if isinstance(body, dict) else None
+    fmt = text.get("format") if isinstance(text, dict) else None
+    return isinstance(fmt, dict) and fmt.get("type") == "json_schema"
+
+
+def _messages_schema(body: object) -> bool:
+    """Whether a Messages request offers Claude Code's structured-output tool."""
+    tools = body.get("tools") if isinstance(body, dict) else None
+    return isinstance(tools, list) and any(
+        isinstance(tool, dict) and tool.get("name") == STRUCTURED_OUTPUT_TOOL for tool in tools
+    )
+
+
+def _after_tool_result(body: object) -> bool:
+    """Whether the request's last message carries a tool result (the tool call is done)."""
+    messages_ = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages_, list) or not messages_:
+        return False
+    content = messages_[-1].get("content") if isinstance(messages_[-1], dict) else None
+    return isinstance(content, list) and any(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content
+    )
+
 
 class ResponsesDirectiveRoute:
     """``route`` for :class:`~dsh_contract_tests.fixtures.responses.ResponsesFixture`.
 
-    ``complete`` answers the token as the final answer; ``fail`` answers HTTP 500 with
+    ``complete`` answers the token as the final answer (with a JSON-schema ``text.format``
+    on the request: ``{"token": ...}``, and ``misshapen`` ``{"token": 7}``); ``fail``
+    answers HTTP 500 with
     :attr:`error_text` (set it to the run's planted raw error); ``hold`` holds; ``recall``
     answers the token of the session's earlier ``complete`` turn; a request without a
     directive gets a plain ``ok``.
@@ -35,7 +78,9 @@ class ResponsesDirectiveRoute:
         directive = find_directive(body)
         if directive is None:
             return responses.PlainAnswer("ok")
-        if directive.behaviour == "complete":
+        if directive.behaviour in {"complete", "misshapen"} and _responses_schema(request.body):
+            return responses.PlainAnswer(json.dumps(_shaped(directive)), phase="final_answer")
+        if directive.behaviour in {"complete", "misshapen"}:
             return responses.PlainAnswer(directive.token, phase="final_answer")
         if directive.behaviour == "recall":
             return responses.PlainAnswer(recalled_token(body), phase="final_answer")
@@ -47,7 +92,9 @@ class ResponsesDirectiveRoute:
 class MessagesDirectiveRoute:
     """``route`` for :class:`~dsh_contract_tests.fixtures.messages.MessagesFixture`.
 
-    Same behaviours as :class:`ResponsesDirectiveRoute`, as Anthropic Messages answers.
+    Same behaviours as :class:`ResponsesDirectiveRoute`, as Anthropic Messages answers. When
+    the request offers Claude Code's ``StructuredOutput`` tool, ``complete`` and
+    ``misshapen`` call it with their object (then, after its result, end the turn).
     """
 
     def __init__(self) -> None:
@@ -58,7 +105,11 @@ class MessagesDirectiveRoute:
         directive = find_directive(body)
         if directive is None:
             return messages.TextAnswer("ok")
-        if directive.behaviour == "complete":
+        if directive.behaviour in {"complete", "misshapen"} and _messages_schema(request.body):
+            if directive.behaviour == "complete" and _after_tool_result(request.body):
+                return messages.TextAnswer("Done.")
+            return messages.ToolUse(STRUCTURED_OUTPUT_TOOL, _shaped(directive))
+        if directive.behaviour in {"complete", "misshapen"}:
             return messages.TextAnswer(directive.token)
         if directive.behaviour == "recall":
             return messages.TextAnswer(recalled_token(body))
@@ -86,7 +137,7 @@ class LoopbackDirectiveRoute:
         directive = find_directive(json.dumps(request.body, ensure_ascii=False))
         if directive is None:
             return loopback.TextAnswer("ok")
-        if directive.behaviour == "complete":
+        if directive.behaviour in {"complete", "misshapen"}:
             return loopback.TextAnswer(directive.token)
         if directive.behaviour == "fail":
             return loopback.HttpError(self.fail_status, self.error_text)

@@ -14,6 +14,12 @@ where it can, first signals :meth:`ChildSetup.ready_path`). ``recall`` (the
 of the first ``complete`` directive earlier in the same session, which the child sees
 only if the run continued that session; when there are several directives, the last one
 is the run's own (:func:`find_directive`).
+
+The ``output:*`` rules (only for a provider declaring ``output_schema``) start runs with
+:data:`OUTPUT_SCHEMA`. A child that was handed that schema answers ``complete`` as
+:func:`structured_answer` (``{"token": "<token>"}``) and ``misshapen`` as
+:func:`misshapen_answer` (``{"token": 7}``: the wrong type); a child that was not handed
+a schema answers both with the bare token.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import secrets as _secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Final, Literal
 
 from dsh_subagent import SubagentProvider
 
@@ -32,6 +38,7 @@ __all__ = [
     "ENV_ERROR_TEXT",
     "ENV_READY_DIR",
     "ENV_STDERR_TEXT",
+    "OUTPUT_SCHEMA",
     "Behaviour",
     "ChildSetup",
     "Directive",
@@ -40,14 +47,16 @@ __all__ = [
     "ProviderFactory",
     "find_directive",
     "find_directives",
+    "misshapen_answer",
     "new_token",
     "recalled_token",
+    "structured_answer",
 ]
 
-Behaviour = Literal["complete", "fail", "hold", "recall"]
+Behaviour = Literal["complete", "fail", "hold", "recall", "misshapen"]
 
 DIRECTIVE_PREFIX = "dsh-contract/1"
-_DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold|recall) (T-[0-9a-f]{6,32})")
+_DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold|recall|misshapen) (T-[0-9a-f]{6,32})")
 
 ENV_READY_DIR = "DSH_CONTRACT_READY_DIR"
 """Overlay variable: directory where a holding child creates a file named by its token."""
@@ -55,6 +64,25 @@ ENV_STDERR_TEXT = "DSH_CONTRACT_STDERR_TEXT"
 """Overlay variable: the line a failing child writes to stderr (a planted secret)."""
 ENV_ERROR_TEXT = "DSH_CONTRACT_ERROR_TEXT"
 """Overlay variable: the raw error text a failing child reports (a planted secret)."""
+
+
+OUTPUT_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {"token": {"type": "string"}},
+    "required": ["token"],
+    "additionalProperties": False,
+}
+"""The output schema of the ``output:*`` rules (strict-mode compatible)."""
+
+
+def structured_answer(token: str) -> dict[str, Any]:
+    """The conforming answer to :data:`OUTPUT_SCHEMA` of a ``complete`` run."""
+    return {"token": token}
+
+
+def misshapen_answer() -> dict[str, Any]:
+    """The non-conforming answer of a ``misshapen`` run: ``token`` of the wrong type."""
+    return {"token": 7}
 
 
 def new_token() -> str:

@@ -15,7 +15,7 @@ import pytest
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 from claude_agent_sdk.types import HookContext, HookInput, HookJSONOutput
 from claude_harness import SeamProvider
-from dsh_subagent import NO_START_CAPABILITIES, SubagentError, SubagentErrorCode
+from dsh_subagent import SubagentCapabilities, SubagentError, SubagentErrorCode
 from dsh_subagent_claude_code import (
     PINNED_CLI_VERSION,
     PINNED_SDK_VERSION,
@@ -120,7 +120,8 @@ def test_provider_from_mapping_and_invalid_mapping() -> None:
     provider = ClaudeCodeProvider({"provider_name": "claude-safe", "model": "m"})
     assert provider.name == "claude-safe"
     assert provider.config.model == "m"
-    assert provider.capabilities == NO_START_CAPABILITIES
+    # The product enforces an output schema itself (output:flag-honest); nothing else.
+    assert provider.capabilities == SubagentCapabilities(output_schema=True)
     assert provider.inherits_parent_context is False
     with pytest.raises(SubagentError) as caught:
         ClaudeCodeProvider({"permission_mode": "default"})

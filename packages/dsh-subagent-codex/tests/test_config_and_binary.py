@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from dsh_subagent import NO_START_CAPABILITIES, ProductConfig
+from dsh_subagent import ProductConfig, SubagentCapabilities
 from dsh_subagent_codex import PINNED_CODEX_VERSION, CodexConfig, CodexProvider
 from dsh_subagent_codex.binary import APP_SERVER_ARGS, codex_app_server_argv
 from dsh_subprocess import MAX_GRACE_SECONDS
@@ -30,7 +30,8 @@ def test_provider_surface_and_construction_starts_nothing() -> None:
     assert CodexProvider.Config is CodexConfig
     assert issubclass(CodexConfig, ProductConfig)  # one env, cwd and grace vocabulary
     assert provider.name == "codex-safe"
-    assert provider.capabilities == NO_START_CAPABILITIES
+    # The product enforces an output schema itself (output:flag-honest); nothing else.
+    assert provider.capabilities == SubagentCapabilities(output_schema=True)
     assert provider.inherits_parent_context is False
 
 

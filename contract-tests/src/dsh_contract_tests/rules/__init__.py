@@ -2,7 +2,7 @@
 
 Each module holds the test functions of one area (``capability``, ``cwd``, ``env``,
 ``settlement``, ``diagnostic``, ``quiescence``, ``lifecycle``, ``concurrency``,
-``continuation``,
+``continuation``, ``output``,
 ``loader``, ``credentialed``), each tied to its requirement id with
 :func:`~dsh_contract_tests.requirement`. They are not collected from here: the base
 classes in :mod:`dsh_contract_tests.contract` bind them under their test names, and a
@@ -19,6 +19,7 @@ from dsh_contract_tests.rules import (
     env,
     lifecycle,
     loader,
+    output,
     quiescence,
     settlement,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "env",
     "lifecycle",
     "loader",
+    "output",
     "quiescence",
     "settlement",
 ]

@@ -96,8 +96,10 @@ async def test_out_of_process_declares_no_capability(
     await contract.check_quiescent("after dispose")
     if run.local_agent is not None:
         kit_skip("in-process provider: its runs have a local agent")
-    # continuation is the product's own saved session, not a parent-enforced feature.
-    declared = dataclasses.replace(provider.capabilities, continuation=False)
+    # continuation is the product's own saved session, and an output schema the product's
+    # own answer constraint that the host validates too (output:flag-honest checks it):
+    # neither is a parent-enforced feature.
+    declared = dataclasses.replace(provider.capabilities, continuation=False, output_schema=False)
     assert declared == NO_START_CAPABILITIES, (
         f"the provider's runs have no local agent, yet it declares {provider.capabilities}; a "
         "child in another process cannot honour parent-enforced start features"

@@ -51,9 +51,16 @@ from dsh_subagent import (
     Usage,
 )
 from dsh_worktree import for_task
+from pydantic import JsonValue
 
 from dsh_cli.batch_checks import check_base, check_out_path, check_task_cwds
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, TaskList, read_tasks
+from dsh_cli.batch_schema import (
+    add_output_schema_flag,
+    typed_row_schema,
+    with_output_schema,
+    with_schema,
+)
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import ProfileError, UsageError
 from dsh_cli.isolation import (
@@ -222,6 +229,7 @@ async def run_task(
         diagnostic: str | None = None,
         usage: Usage | None = None,
         changes: Changes | None = None,
+        structured: JsonValue = None,
     ) -> BatchRecord:
         return BatchRecord(
             id=task.id,
@@ -231,6 +239,7 @@ async def run_task(
             usage=usage,
             changes=changes,
             elapsed_seconds=round(time.monotonic() - started, 3),
+            structured=structured,
         )
 
     request = SubagentStartRequest(
@@ -239,6 +248,7 @@ async def run_task(
         cancel=cancel,
         label=f"dsh batch {task.id}",
         budget=budget,
+        output_schema=task.output_schema,
     )
     try:
         # An isolated run names the task on its commit and in its branch (dsh-worktree).
@@ -268,7 +278,14 @@ async def run_task(
         return record(ERROR, diagnostic=failure)
     if cancel.aborted and result.stop_reason == ABORTED:
         return None
-    return record(result.stop_reason, result.text, result.diagnostic, result.usage, result.changes)
+    return record(
+        result.stop_reason,
+        result.text,
+        result.diagnostic,
+        result.usage,
+        result.changes,
+        result.structured,
+    )
 
 
 @dataclass(frozen=True)
@@ -343,6 +360,7 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help=f"a directory the profile and task cwds may name as {FILES_PLACEHOLDER}; "
         "shipped to every node with --ray",
     )
+    add_output_schema_flag(batch)
     add_budget_flags(batch, scope="per task")
     add_worktree_flags(batch, scope="each task", warm="the concurrency")
     batch.add_argument(
@@ -390,9 +408,10 @@ def cmd_batch(
         raise UsageError("with --ray, --cwd must be an absolute path on the worker nodes")
     budget = budget_from(args)
     check_out_path(args.out, args.tasks, args.profile)
-    task_list = read_tasks(args.tasks)
+    task_list = with_output_schema(read_tasks(args.tasks), args.output_schema)
     composition = load_batch_profile(args.profile, files, discovery=discovery)
     provider = resolve_target(composition, args.target, args.instance)
+    task_list = with_schema(task_list, typed_row_schema(composition, args.target, args.instance))
     # With --ray the settings travel to the actors, which isolate on their nodes; the
     # flags are checked here either way.
     worktree = worktree_from_flags(composition, provider, args) if args.ray is not None else None

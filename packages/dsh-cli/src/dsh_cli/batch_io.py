@@ -5,7 +5,8 @@ A task file is JSON Lines, one object per task::
     {"id": "ticket-17", "task": "Summarise ticket 17 in one line.", "cwd": "repos/app"}
 
 ``id`` (a non-empty string, unique in the file) and ``task`` (the complete, self-contained
-task text) are required; ``cwd`` is optional. A line that is not such an object is a *bad
+task text) are required; ``cwd`` and ``output_schema`` (a JSON Schema the answer must
+match) are optional. A line that is not such an object is a *bad
 line*: it is reported with its line number and skipped, never silently. A blank line
 carries no task and is ignored.
 
@@ -24,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Final
 
-from dsh_subagent import COMPLETED, Changes, Usage
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from dsh_subagent import COMPLETED, Changes, SubagentError, Usage
+from dsh_subagent.structured import check_output_schema
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, ValidationError
 
 from dsh_cli.errors import UsageError
 
@@ -53,6 +55,10 @@ class BatchTask(BaseModel):
     """The complete, self-contained task text."""
     cwd: Annotated[str, StringConstraints(min_length=1)] | None = None
     """The workspace; relative paths resolve against the batch's base directory."""
+    output_schema: dict[str, JsonValue] | None = None
+    """The JSON Schema (object root) this task's answer must match; the record's
+    ``structured`` then carries the validated object. Default: the batch's
+    ``--output-schema``, else none."""
 
 
 class BatchRecord(BaseModel):
@@ -70,6 +76,7 @@ class BatchRecord(BaseModel):
         changes: Where an isolated run's changes went (branch, commit, base, counts);
             ``None`` without isolation.
         elapsed_seconds: From the start of the delegation to its settled, disposed end.
+        structured: The validated object of a task with an output schema.
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -80,10 +87,15 @@ class BatchRecord(BaseModel):
     usage: Usage | None = None
     changes: Changes | None = None
     elapsed_seconds: float = Field(ge=0)
+    structured: JsonValue = None
+    """The validated answer of a task with an output schema (``None`` otherwise, or when
+    it failed); written only when set, so records of batches without schemas are as
+    before."""
 
     def to_line(self) -> str:
         """The record as one JSON line (with its newline)."""
-        return self.model_dump_json() + "\n"
+        exclude = {"structured"} if self.structured is None else None
+        return self.model_dump_json(exclude=exclude) + "\n"
 
 
 @dataclass(frozen=True)
@@ -158,6 +170,12 @@ def read_tasks(path: str | Path) -> TaskList:
         if not task.task.strip():
             bad.append(BadLine(line_no, "field 'task' is blank"))
             continue
+        if task.output_schema is not None:
+            try:
+                check_output_schema(task.output_schema)
+            except SubagentError as exc:
+                bad.append(BadLine(line_no, f"field 'output_schema': {exc.message}"))
+                continue
         if task.id in first_line_of:
             bad.append(
                 BadLine(

@@ -28,21 +28,24 @@ Ray actor the process makes itself not dumpable (:mod:`dsh_cli.protect`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import anyio
 from anyio.from_thread import start_blocking_portal
-from dsh_subagent import ERROR, Budget, CancelController
+from dsh_subagent import ERROR, Budget, CancelController, OutputSchema
+from dsh_subagent.structured import check_output_schema
 
 from dsh_cli.batch import FirstStartAlone, load_batch_profile, run_task, task_cwd
 from dsh_cli.batch_io import BatchRecord, BatchTask
+from dsh_cli.batch_schema import typed_row_schema
 from dsh_cli.options import resolve_target
 from dsh_cli.protect import protect_ray_actor_process
 from dsh_cli.runtime import open_runtime
 
-__all__ = ["OUTPUT_COLUMNS", "Delegate"]
+__all__ = ["OUTPUT_COLUMNS", "STRUCTURED_COLUMN", "Delegate"]
 
 OUTPUT_COLUMNS: Final = (
     "stop_reason",
@@ -53,6 +56,9 @@ OUTPUT_COLUMNS: Final = (
     "changes",
 )
 """The columns :class:`Delegate` adds to each batch."""
+
+STRUCTURED_COLUMN: Final = "structured"
+"""The column added with an output schema: the validated answer as JSON text, or null."""
 
 
 def _rows(batch: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
@@ -72,7 +78,7 @@ def _typed(out: dict[str, list[Any]]) -> Any:
         import pyarrow as pa  # type: ignore[import-untyped]
     except ImportError:
         return out
-    types = {name: pa.string() for name in OUTPUT_COLUMNS}
+    types = {name: pa.string() for name in (*OUTPUT_COLUMNS, STRUCTURED_COLUMN)}
     types["elapsed_seconds"] = pa.float64()
     columns = {
         name: pa.array(values, type=types.get(name)) if name in types else values
@@ -103,6 +109,11 @@ class Delegate:
         instance: Treat ``target`` as an instance name only.
         budget: A per-task budget (a :class:`dsh_subagent.Budget` or its fields).
         concurrency: Rows of one batch delegated at once.
+        output_schema: A JSON Schema (object root) or pydantic model class every row's
+            answer must match (default: the tool row's ``output_schema``, if any). The
+            batch then gains :data:`STRUCTURED_COLUMN`: the validated answer as JSON text,
+            null for a row that failed (``stop_reason`` ``error``, category
+            ``output-invalid`` when the answer did not match).
 
     Raises:
         ProfileError: The profile is invalid (at construction: the actor fails to start).
@@ -119,6 +130,7 @@ class Delegate:
         instance: bool = False,
         budget: Budget | Mapping[str, Any] | None = None,
         concurrency: int = 1,
+        output_schema: OutputSchema | None = None,
     ) -> None:
         protect_ray_actor_process()  # in Ray Data's actor only, before the profile is read
         if concurrency < 1:
@@ -126,6 +138,11 @@ class Delegate:
         files = os.path.abspath(files) if files is not None else None
         composition = load_batch_profile(profile, files)
         self._provider = resolve_target(composition, target, instance)
+        self._schema = (
+            typed_row_schema(composition, target, instance)
+            if output_schema is None
+            else check_output_schema(output_schema)
+        )
         self._files = files
         self._base = os.path.abspath(cwd or files or os.getcwd())
         self._budget = budget if isinstance(budget, Budget | None) else Budget(**budget)
@@ -161,6 +178,11 @@ class Delegate:
         out["changes"] = [
             record.changes.model_dump_json() if record.changes else None for record in records
         ]
+        if self._schema is not None:
+            out[STRUCTURED_COLUMN] = [
+                None if record.structured is None else json.dumps(record.structured)
+                for record in records
+            ]
         return _typed(out)
 
     async def _run_rows(self, rows: list[dict[str, Any]]) -> list[BatchRecord]:
@@ -191,7 +213,9 @@ class Delegate:
             return BatchRecord(
                 id=task_id, stop_reason=ERROR, diagnostic="the row has no task", elapsed_seconds=0
             )
-        task = BatchTask(id=task_id[:256], task=task_text, cwd=_text(row.get("cwd")))
+        task = BatchTask(
+            id=task_id[:256], task=task_text, cwd=_text(row.get("cwd")), output_schema=self._schema
+        )
         cwd = task_cwd(task, self._base, self._files)
         controller = CancelController()  # never fired: a row always settles
         record = await run_task(

@@ -53,11 +53,13 @@ from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_tool_jobs import JobSnapshot
 from pydantic import JsonValue
 
+from dsh_cli.batch_schema import typed_row_schema
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import UsageError
 from dsh_cli.isolation import add_worktree_flags, check_isolation, isolate_from_flags
 from dsh_cli.loader import Composition, load_profile
 from dsh_cli.options import add_budget_flags, budget_from, resolve_target
+from dsh_cli.output_schema import load_output_schema
 from dsh_cli.progress_view import LiveView, PlainView, RunView
 from dsh_cli.runtime import open_runtime, validate_task, validate_utf8
 from dsh_cli.spawnguard import SpawnCounter
@@ -126,6 +128,13 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         metavar="HANDLE",
         help="continue the product session of an earlier run: the continuation handle "
         "(dshc1.…) that run printed; a follow-up delegation of its own",
+    )
+    run.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        help="a JSON Schema (object root) the answer must match: stdout then carries the "
+        "validated JSON object (--json: its 'structured' field); an answer that does not "
+        "match fails with category output-invalid",
     )
     add_budget_flags(run, scope="of the run")
     add_worktree_flags(run, scope="the task")
@@ -286,7 +295,9 @@ def _status(result: SubagentResult, provider: str, err: TextIO) -> None:
 
 def _report(result: SubagentResult, provider: str, out: TextIO, err: TextIO) -> int:
     text = result.text
-    if result.stop_reason == COMPLETED:
+    if result.stop_reason == COMPLETED and result.structured is not None:
+        out.write(json.dumps(result.structured, ensure_ascii=False) + "\n")  # the object
+    elif result.stop_reason == COMPLETED:
         out.write(text if text.endswith("\n") else text + "\n")
     _status(result, provider, err)
     if result.stop_reason != COMPLETED and text:
@@ -365,6 +376,9 @@ def cmd_run(
         raise UsageError("--timeout, --idle-timeout and --json apply to foreground runs only")
     if args.background and args.resume is not None:
         raise UsageError("--resume applies to foreground runs only")
+    if args.background and args.output_schema is not None:
+        raise UsageError("--output-schema applies to foreground runs only")
+    output_schema = load_output_schema(args.output_schema)
     resume = _resume_from(args.resume)
     task = _read_stdin_text() if args.task == "-" else args.task
     validate_task(task)
@@ -372,6 +386,8 @@ def cmd_run(
     with SpawnCounter(forbid=True):
         composition = load_profile(args.profile, discovery=discovery)
     provider = resolve_target(composition, args.target, args.instance)
+    if output_schema is None:  # a typed tool row's own schema
+        output_schema = typed_row_schema(composition, args.target, args.instance)
     composition = isolate_from_flags(composition, provider, args)
     cwd = os.path.abspath(args.cwd)
     check_isolation(composition, provider, [cwd])
@@ -401,6 +417,7 @@ def cmd_run(
         label="dsh run",
         budget=budget,
         resume=resume,
+        output_schema=output_schema,
     )
     view = LiveView(provider, err, log_handler) if _is_terminal(err) else PlainView(provider, err)
     with view:
@@ -411,7 +428,10 @@ def cmd_run(
         print(f"dsh: {provider}: cancelled before the product started", file=err)
         return EXIT_CODES[ABORTED]
     if args.json:
-        out.write(json.dumps(json_record(result, view.elapsed)) + "\n")
+        record = json_record(result, view.elapsed)
+        if output_schema is not None:
+            record["structured"] = result.structured  # validated JSON, or null on failure
+        out.write(json.dumps(record) + "\n")
         _status(result, provider, err)
         return exit_code_for(result.stop_reason)
     return _report(result, provider, out, err)

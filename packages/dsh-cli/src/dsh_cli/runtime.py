@@ -106,6 +106,7 @@ async def _service(
                     provider=composition.instance_for(row.name),
                     enable_run_in_background=row.background_mode == "one-shot",
                     max_depth="provider-managed",
+                    output_schema=row.output_schema,
                 )
                 tools[row.name] = SubagentTool(service, config, launcher)
             if composition.job_tools:

@@ -13,6 +13,7 @@ never put into a tool result.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import mcp_types as types
@@ -29,6 +30,7 @@ from dsh_subagent import (
 )
 from dsh_subagent.tool import ToolResult
 from pydantic import JsonValue
+from pydantic_core import to_jsonable_python
 
 __all__ = [
     "MAX_PROGRESS_MESSAGE_CHARS",
@@ -100,14 +102,39 @@ def tool_result(result: ToolResult) -> types.CallToolResult:
     )
 
 
+def typed_output_schema(schema: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
+    """The ``outputSchema`` of a typed tool: the structured content, with ``structured``
+    (the validated answer) matching the tool's schema.
+
+    The content keeps its other keys (``text``, ``stop_reason``, ``usage``, ``changes``,
+    ``job_id``) so a call handed off to a Job still conforms; the schema's ``$defs`` move
+    to the root so its ``#/$defs/...`` references still resolve.
+    """
+    inner = {key: value for key, value in schema.items() if key != "$defs"}
+    wrapped: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "stop_reason": {"type": "string"},
+            "job_id": {"type": "string"},
+            "structured": inner,
+        },
+        "required": ["text"],
+    }
+    if "$defs" in schema:
+        wrapped["$defs"] = schema["$defs"]
+    return wrapped
+
+
 def delegation_result(
     result: ToolResult,
     *,
     settled: SubagentResult | None = None,
     job_id: str | None = None,
 ) -> types.CallToolResult:
-    """A delegation's result: its text, plus structured ``text``, stop reason, usage and
-    ``changes`` (branch, commit, base, counts of an isolated run; ``null`` otherwise).
+    """A delegation's result: its text, plus structured ``text``, stop reason, usage,
+    ``changes`` (branch, commit, base, counts of an isolated run; ``null`` otherwise) and,
+    for a typed tool that completed, ``structured`` (the validated answer).
 
     Args:
         result: What the subagent tool returned (text unchanged).
@@ -122,6 +149,8 @@ def delegation_result(
         structured["changes"] = (
             None if settled.changes is None else settled.changes.model_dump(mode="json")
         )
+        if settled.structured is not None:  # a typed tool's validated answer
+            structured["structured"] = to_jsonable_python(settled.structured)
     if job_id is not None:
         structured["job_id"] = job_id
     return types.CallToolResult(

@@ -41,16 +41,22 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from dsh_cli.loader import Composition
 from dsh_cli.runtime import Runtime, open_runtime
 from dsh_subagent import CancelController, ParentContext, PublishedRun, SubagentResult
-from dsh_subagent.tool import ModelTool, ToolCallContext, ToolResult, run_tool_call
+from dsh_subagent.tool import ModelTool, SubagentTool, ToolCallContext, ToolResult, run_tool_call
 from dsh_tool_jobs import JobError, JobSnapshot
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from pydantic import JsonValue
 
 from dsh_mcp.handoff import CallState, hand_off, handoff_text, label_of
-from dsh_mcp.results import delegation_result, describe_progress, tool_result
+from dsh_mcp.results import (
+    delegation_result,
+    describe_progress,
+    tool_result,
+    typed_output_schema,
+)
 from dsh_mcp.settings import ServerSettings
 from dsh_mcp.slots import DelegationSlots, busy_message
 from dsh_mcp.workspace import WorkspaceError, client_root
@@ -205,7 +211,12 @@ class ToolServer:
     def tools(self) -> list[types.Tool]:
         """The served tools: name, description and input schema of every runtime tool."""
         return [
-            types.Tool(name=tool.name, description=tool.description, input_schema=tool.parameters)
+            types.Tool(
+                name=tool.name,
+                description=tool.description,
+                input_schema=tool.parameters,
+                output_schema=_output_schema(tool),
+            )
             for tool in self._runtime.tools.values()
         ]
 
@@ -503,6 +514,12 @@ class ToolServer:
                 )
                 if connection is not None:
                     await self._log(connection, _NOTICE_LEVEL, NOTICE_LOGGER, text)
+
+
+def _output_schema(tool: ModelTool) -> dict[str, JsonValue] | None:
+    """A typed subagent tool's ``outputSchema`` (its profile schema, wrapped); else none."""
+    schema = tool.config.output_schema if isinstance(tool, SubagentTool) else None
+    return None if schema is None else typed_output_schema(schema)
 
 
 async def _settled(run: PublishedRun) -> SubagentResult | None:

@@ -21,7 +21,14 @@ from typing import Any
 
 from agents import FunctionTool
 from agents.tool_context import ToolContext
-from dsh_subagent import ModelTool, ToolCallRunner, parent_of, tool_error
+from dsh_subagent import (
+    ModelTool,
+    PublishedRun,
+    ToolCallRunner,
+    parent_of,
+    tool_error,
+    typed_answer,
+)
 
 __all__ = ["SubagentFunctionTools"]
 
@@ -42,7 +49,8 @@ class SubagentFunctionTools:
 
     Every call returns the text the model sees from the dsh tool: the answer, or the
     ``Error: ...`` text of a failure (the SDK has no separate error flag for a string
-    result).
+    result). A typed subagent tool (``output_schema``) that completed returns exactly
+    the validated object as JSON text.
     """
 
     def __init__(self, tools: Iterable[ModelTool]) -> None:
@@ -89,7 +97,12 @@ class SubagentFunctionTools:
                 arguments = None
             if not isinstance(arguments, dict):
                 return tool_error(INVALID_ARGUMENTS).text
-            result = await self._runner.call(tool, arguments, parent_of(context.context))
-            return result.text
+            runs: list[PublishedRun] = []
+            result = await self._runner.call(
+                tool, arguments, parent_of(context.context), runs.append
+            )
+            typed = None if result.is_error else await typed_answer(tool, runs)
+            # A typed tool's completed call: exactly the validated object, as JSON text.
+            return result.text if typed is None else json.dumps(typed, ensure_ascii=False)
 
         return invoke

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dsh_subagent import ModelTool, ToolCallRunner, parent_of
+from dsh_subagent import ModelTool, PublishedRun, ToolCallRunner, parent_of, typed_answer
+from pydantic import JsonValue
 from pydantic_ai import RunContext, ToolDefinition
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.tools import AgentDepsT
@@ -44,7 +45,8 @@ class SubagentToolset(AbstractToolset[AgentDepsT]):
     Raises:
         ValueError: two tools share a name.
 
-    A successful call returns the tool's text. A failed one raises
+    A successful call returns the tool's text (a typed tool's: the validated object). A
+    failed one raises
     :class:`pydantic_ai.exceptions.ToolFailed` with the tool's exact ``Error: ...``
     text, so the model gets it as a failed tool result without a retry prompt.
     """
@@ -104,14 +106,21 @@ class SubagentToolset(AbstractToolset[AgentDepsT]):
         tool_args: dict[str, Any],
         ctx: RunContext[AgentDepsT],
         tool: ToolsetTool[AgentDepsT],
-    ) -> str:
+    ) -> str | JsonValue:
         """Run the dsh tool with the parent named by ``ctx.deps``.
+
+        A typed subagent tool (a profile row with ``output_schema``) that completed returns
+        the validated object (JSON data, which pydantic-ai hands the model as JSON); every
+        other call returns the tool's text.
 
         Raises:
             ToolFailed: the tool reported an error (message: its ``Error: ...`` text).
             TypeError: ``ctx.deps.subagent_parent`` is not a ``ParentContext``.
         """
-        result = await self._runner.call(self._tools[name], tool_args, parent_of(ctx.deps))
+        runs: list[PublishedRun] = []
+        dsh_tool = self._tools[name]
+        result = await self._runner.call(dsh_tool, tool_args, parent_of(ctx.deps), runs.append)
         if result.is_error:
             raise ToolFailed(result.text)
-        return result.text
+        typed = await typed_answer(dsh_tool, runs)
+        return result.text if typed is None else typed

@@ -52,7 +52,7 @@ from dsh_subagent import (
     SubagentError,
     SubagentErrorCode,
 )
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 
 from dsh_subagent_claude_code.config import ClaudeCodeConfig, PermissionMode
 from dsh_subagent_claude_code.failures import PermissionFact, accepted_answer, result_failure
@@ -64,6 +64,7 @@ from dsh_subagent_claude_code.launch import (
 )
 from dsh_subagent_claude_code.product import PRODUCT, bundled_cli_path
 from dsh_subagent_claude_code.progress import ClaudeProgress
+from dsh_subagent_claude_code.structured import structured_answer, with_output_schema
 from dsh_subagent_claude_code.transport import ManagedCLITransport
 
 __all__ = ["APPROVAL_DENIED_MESSAGE", "MAX_FRAME_BYTES", "ClaudeCodeProvider"]
@@ -87,10 +88,19 @@ def _default_cli_prefix() -> Sequence[str]:
 class _Run:
     """One run's facts; never shared between runs."""
 
-    __slots__ = ("answer", "failure", "mode", "permission", "result_seen", "session_id")
+    __slots__ = (
+        "answer",
+        "failure",
+        "mode",
+        "permission",
+        "result_seen",
+        "session_id",
+        "structured",
+    )
 
-    def __init__(self, mode: PermissionMode) -> None:
+    def __init__(self, mode: PermissionMode, structured: bool = False) -> None:
         self.mode: PermissionMode = mode
+        self.structured = structured
         self.session_id: str | None = None
         self.answer: str | None = None
         self.failure: ProductFailure | None = None
@@ -108,8 +118,11 @@ class _Run:
             # The latest result wins: a failure after a success fails the run.
             self.result_seen = True
             self.session_id = message.session_id or None
-            self.answer = accepted_answer(message)
-            self.failure = None if self.answer is not None else result_failure(message)
+            if self.structured:
+                self.answer, self.failure = structured_answer(message)
+            else:
+                self.answer = accepted_answer(message)
+                self.failure = None if self.answer is not None else result_failure(message)
         elif isinstance(message, SystemMessage) and message.subtype == "permission_denied":
             self.record(
                 PermissionFact(
@@ -219,7 +232,13 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
         self._cli_prefix = cli_prefix
         self._options_hook = options_hook
 
-    def _sdk_options(self, cwd: str, run: _Run, resume: str | None = None) -> ClaudeAgentOptions:
+    def _sdk_options(
+        self,
+        cwd: str,
+        run: _Run,
+        resume: str | None = None,
+        schema: dict[str, JsonValue] | None = None,
+    ) -> ClaudeAgentOptions:
         mode = self.config.permission_mode
         options = build_sdk_options(
             cwd=cwd,
@@ -232,7 +251,23 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
             persist_session=self.config.continuation,
             resume=resume,
         )
+        if schema is not None:
+            options = with_output_schema(options, schema)
         return options if self._options_hook is None else self._options_hook(options)
+
+    @property
+    def enforces_output_schema(self) -> bool:
+        """``True``: the CLI takes the schema (``--json-schema``, the SDK's
+        ``output_format``), has the model answer through its structured-output tool and
+        reports a failure to comply (``error_max_structured_output_retries``)."""
+        return True
+
+    def launch_structured(
+        self, launch: Launch, cwd: str, resume: str | None, schema: dict[str, JsonValue]
+    ) -> Launch:
+        """As :meth:`launch`, with the SDK's ``output_format`` for ``schema``."""
+        del launch
+        return self._launch(cwd, resume, schema)
 
     @property
     def offers_continuation(self) -> bool:
@@ -251,9 +286,11 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
         """As :meth:`launch`, resuming ``session`` (the SDK's ``resume``)."""
         return self._launch(cwd, session)
 
-    def _launch(self, cwd: str, resume: str | None) -> Launch:
+    def _launch(
+        self, cwd: str, resume: str | None, schema: dict[str, JsonValue] | None = None
+    ) -> Launch:
         # The callbacks of these options are never called: only the argv is read.
-        options = self._sdk_options(cwd, _Run(self.config.permission_mode), resume)
+        options = self._sdk_options(cwd, _Run(self.config.permission_mode), resume, schema)
         return Launch(
             argv=build_cli_argv(options, self._cli_prefix()),
             env=build_env_overlay(self.config.env, cwd),
@@ -272,7 +309,7 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
         the child's stdio; a permission prompt is denied and an MCP elicitation declined,
         each leaving a permission fact that follows a failure line.
         """
-        run = _Run(self.config.permission_mode)
+        run = _Run(self.config.permission_mode, structured=child.output_schema is not None)
         progress = ClaudeProgress(
             child.report, include_commands=child.include_commands, resumed=child.resume is not None
         )
@@ -280,7 +317,7 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
             AsyncGenerator[Message, None],
             query(
                 prompt=child.task,
-                options=self._sdk_options(child.cwd, run, child.resume),
+                options=self._sdk_options(child.cwd, run, child.resume, child.output_schema),
                 transport=ManagedCLITransport(child),
             ),
         )

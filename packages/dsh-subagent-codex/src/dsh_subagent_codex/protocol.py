@@ -118,6 +118,8 @@ class TurnStartParams(BaseModel):
     model_config = _SEND
     threadId: str
     input: tuple[TextInput, ...]
+    outputSchema: dict[str, JsonValue] | None = None
+    """The JSON Schema the turn's final message must match (sent only when set)."""
 
 
 class TurnInterruptParams(BaseModel):

@@ -8,7 +8,8 @@ checks, the spawn, rollback, publication, settlement, teardown to whole-tree exi
   optional model, the mode's fields); stages ``initialize`` and ``thread-start``. With
   ``continuation`` on, the thread is kept (``ephemeral: false``) and a follow-up run
   sends ``thread/resume`` instead (stage ``thread-resume``).
-* ``run()``: exactly one ``turn/start``, then frames until ``turn/completed``
+* ``run()``: exactly one ``turn/start`` (with the request's ``outputSchema`` when it
+  has one), then frames until ``turn/completed``
   (:class:`~dsh_subagent_codex.turn.TurnDriver`); stages ``turn-start`` and ``turn``.
 * ``interrupt()``: ``turn/interrupt`` of a known turn when a run is stopped early.
 * ``admission()``: the first start per ``CODEX_HOME`` runs alone (first_start.py).
@@ -118,6 +119,12 @@ class CodexProvider(ProductProvider[CodexConfig]):
     def offers_continuation(self) -> bool:
         """The configured ``continuation`` (threads kept in a persistent ``CODEX_HOME``)."""
         return self.config.continuation
+
+    @property
+    def enforces_output_schema(self) -> bool:
+        """``True``: the pinned app-server's ``turn/start`` takes an ``outputSchema``
+        that constrains the turn's final message (the host validates it as well)."""
+        return True
 
     def launch(self, cwd: str) -> Launch:
         """The pinned binary's app-server argv (a missing wheel fails at stage ``launch``)."""

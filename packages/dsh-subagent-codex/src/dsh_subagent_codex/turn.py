@@ -161,9 +161,11 @@ class TurnDriver:
         params = TurnStartParams(
             threadId=self.thread_id,
             input=tuple(TextInput(text=text) for text in self.child.task_texts),
+            outputSchema=self.child.output_schema,
         )
+        # Without a schema the request is byte-for-byte what it was (no null key).
         self._turn_start_id = await self.rpc.send_request(
-            "turn/start", params.model_dump(mode="json")
+            "turn/start", params.model_dump(mode="json", exclude_none=True)
         )
         # Until the turn/start response commits the turn, every read is bounded by the
         # response bound (the frames before it are the turn's first, read in order).

@@ -54,6 +54,7 @@ from dsh_subagent.framework_calls import (
     ParentSource,
     ToolCallRunner,
     parent_of,
+    typed_answer,
 )
 from dsh_subagent.lines import (
     DEFAULT_MAX_LINE_BYTES,
@@ -97,6 +98,14 @@ from dsh_subagent.service import (
     check_max_depth,
 )
 from dsh_subagent.settlement import LocalCancellation, settle_run_result
+from dsh_subagent.structured import (
+    OUTPUT_INVALID,
+    OutputSchema,
+    OutputViolation,
+    output_json_schema,
+    settle_structured,
+    validate_answer,
+)
 from dsh_subagent.task import one_shot_task_texts
 from dsh_subagent.tool import (
     CONTINUE_ID_REFUSED,
@@ -171,6 +180,7 @@ __all__ = [
     "MAX_SUBAGENT_DIAGNOSTIC_BYTES",
     "MAX_TOKENS",
     "NO_START_CAPABILITIES",
+    "OUTPUT_INVALID",
     "PROVIDER_ADDED",
     "PROVIDER_REMOVED",
     "REFUSAL",
@@ -206,6 +216,8 @@ __all__ = [
     "NamedProviderConfig",
     "ObservedRun",
     "OutOfProcessProvider",
+    "OutputSchema",
+    "OutputViolation",
     "ParentContext",
     "ParentSource",
     "PlanStep",
@@ -266,6 +278,7 @@ __all__ = [
     "limit_diagnostic",
     "mount_subagent_tool",
     "one_shot_task_texts",
+    "output_json_schema",
     "parent_of",
     "publish_run",
     "render_changes",
@@ -274,7 +287,10 @@ __all__ = [
     "resolve_child_cwd",
     "run_tool_call",
     "settle_run_result",
+    "settle_structured",
     "text_of",
     "tool_error",
+    "typed_answer",
+    "validate_answer",
     "validate_configured_cwd",
 ]

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Mapping
 from typing import Final
 
 import anyio
+from pydantic import BaseModel, JsonValue
 
 from dsh_subagent.budget import Budget
 from dsh_subagent.cancel import CancelSignal
@@ -48,6 +50,7 @@ async def delegate(
     progress_commands: bool = False,
     isolation: Isolation | None = None,
     resume: ContinuationHandle | None = None,
+    output_schema: Mapping[str, JsonValue] | type[BaseModel] | None = None,
 ) -> SubagentResult:
     """Delegate ``task`` and return the settled result; the run is always disposed.
 
@@ -72,6 +75,11 @@ async def delegate(
             provider instead (``isolation.isolate(provider)``).
         resume: Continue the product session an earlier result's ``continuation``
             names: a follow-up delegation of its own (its own process tree and result).
+        output_schema: The shape the answer must have: a pydantic model class or an
+            object-rooted JSON Schema. A provider that cannot enforce it refuses it
+            before start (``UNSUPPORTED_CAPABILITY``); otherwise the result's
+            ``structured`` is the validated object (a model instance for a model), or
+            the run settles ``error`` with category ``output-invalid``.
 
     Returns:
         The result: ``completed`` with the answer, or ``error``/``aborted``/... with the
@@ -96,6 +104,7 @@ async def delegate(
         budget=budget,
         progress_commands=progress_commands,
         resume=resume,
+        output_schema=output_schema,
     )
     if cancel is not None:
         request = request.model_copy(update={"cancel": cancel})
@@ -159,6 +168,7 @@ def delegate_sync(
     on_progress: ProgressListener | None = None,
     isolation: Isolation | None = None,
     resume: ContinuationHandle | None = None,
+    output_schema: Mapping[str, JsonValue] | type[BaseModel] | None = None,
 ) -> SubagentResult:
     """Blocking :func:`delegate` for scripts: runs its own event loop.
 
@@ -174,6 +184,7 @@ def delegate_sync(
         on_progress: As for :func:`delegate`.
         isolation: As for :func:`delegate`.
         resume: As for :func:`delegate`.
+        output_schema: As for :func:`delegate`.
     """
 
     async def main() -> SubagentResult:
@@ -185,6 +196,7 @@ def delegate_sync(
             on_progress=on_progress,
             isolation=isolation,
             resume=resume,
+            output_schema=output_schema,
         )
 
     return anyio.run(main, backend=backend)

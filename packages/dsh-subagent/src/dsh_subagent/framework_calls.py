@@ -17,17 +17,26 @@ to the tool protocol here, once:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final, Protocol, runtime_checkable
 
 import anyio
 import anyio.lowlevel
+from pydantic import JsonValue
+from pydantic_core import to_jsonable_python
 
 from dsh_subagent.cancel import CancelController
+from dsh_subagent.service import PublishedRun
 from dsh_subagent.tool_protocol import ModelTool, ToolCallContext, ToolResult, run_tool_call
 from dsh_subagent.types import ParentContext
 
-__all__ = ["FRAMEWORK_CANCEL_REASON", "ParentSource", "ToolCallRunner", "parent_of"]
+__all__ = [
+    "FRAMEWORK_CANCEL_REASON",
+    "ParentSource",
+    "ToolCallRunner",
+    "parent_of",
+    "typed_answer",
+]
 
 FRAMEWORK_CANCEL_REASON: Final = "the agent framework cancelled the tool call"
 """The cancel reason a :class:`ToolCallRunner` gives when the calling task is cancelled."""
@@ -89,7 +98,11 @@ class ToolCallRunner:
         return self._in_flight
 
     async def call(
-        self, tool: ModelTool, arguments: Mapping[str, object], parent: ParentContext | None
+        self,
+        tool: ModelTool,
+        arguments: Mapping[str, object],
+        parent: ParentContext | None,
+        on_run: Callable[[PublishedRun], None] | None = None,
     ) -> ToolResult:
         """Run one call; every failure is an ``Error: ...`` result.
 
@@ -97,11 +110,13 @@ class ToolCallRunner:
         :data:`FRAMEWORK_CANCEL_REASON`, waits until the tool returned (for a foreground
         delegation: until ``dispose()`` finished) and then propagates. A background
         launch is not affected: its Job owns its own signal once the id is returned.
+        ``on_run`` is the tool call's hook (see :class:`ToolCallContext`): an adapter
+        reads a typed tool's validated answer from the run it is told.
         """
         # A call whose task is already cancelled never enters the tool.
         await anyio.lowlevel.checkpoint_if_cancelled()
         controller = CancelController()
-        context = ToolCallContext(parent=parent, cancel=controller.signal)
+        context = ToolCallContext(parent=parent, cancel=controller.signal, on_run=on_run)
         outcome: list[ToolResult] = []
         finished = anyio.Event()
 
@@ -141,3 +156,19 @@ class ToolCallRunner:
             if self._idle is None:
                 self._idle = anyio.Event()
             await self._idle.wait()
+
+
+async def typed_answer(tool: ModelTool, runs: list[PublishedRun]) -> JsonValue | None:
+    """The validated answer of a typed subagent tool's foreground call, else ``None``.
+
+    ``runs`` is what the call's ``on_run`` hook collected. ``None`` for a tool without an
+    ``output_schema``, a call that started no run (a background Job, a refusal) or a run
+    that did not complete; the result is already settled (the call returned).
+    """
+    schema = getattr(getattr(tool, "config", None), "output_schema", None)
+    if schema is None or not runs:
+        return None
+    result = await runs[0].result()
+    if result.structured is None:
+        return None
+    return to_jsonable_python(result.structured)  # type: ignore[no-any-return]

@@ -73,13 +73,14 @@ from dsh_subagent.lines import (
 )
 from dsh_subagent.observe import report_stage
 from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild, failure_of
+from dsh_subagent.product_output import ProductOutputHooks
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
 from dsh_subagent.publication import publish_run
+from dsh_subagent.structured import output_json_schema
 from dsh_subagent.task import one_shot_task_texts
 from dsh_subagent.types import (
     COMPLETED,
-    NO_START_CAPABILITIES,
     ResolvedSubagentStartRequest,
     SubagentCapabilities,
     SubagentResult,
@@ -124,7 +125,7 @@ class _Once:
             self._done.set()
 
 
-class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
+class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     """Base of a provider that runs one product process per delegation.
 
     Subclass it with a :class:`~dsh_subagent.ProductConfig` subclass and implement the
@@ -249,10 +250,10 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
 
     @property
     def capabilities(self) -> SubagentCapabilities:
-        """No parent-enforced feature; ``continuation`` when :attr:`offers_continuation`."""
-        if self.offers_continuation:
-            return SubagentCapabilities(continuation=True)
-        return NO_START_CAPABILITIES
+        """``continuation`` and ``output_schema`` as the instance offers them; nothing else."""
+        return SubagentCapabilities(
+            output_schema=self.enforces_output_schema, continuation=self.offers_continuation
+        )
 
     def launch_continuation(self, cwd: str, session: str) -> Launch:
         """How to start the product to continue ``session`` (default: :meth:`launch`, for
@@ -316,6 +317,9 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         report_stage("launch")
         try:
             launch = self.launch(cwd) if resume is None else self.launch_continuation(cwd, resume)
+            if request.output_schema is not None:
+                schema = output_json_schema(request.output_schema)
+                launch = self.launch_structured(launch, cwd, resume, schema)
             spec = SpawnSpec(
                 argv=tuple(launch.argv),
                 cwd=cwd,
@@ -401,6 +405,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                         progress=ProgressStream(),
                         include_commands=request.progress_commands,
                         resume=resume,
+                        output_schema=request.output_schema,
                         response_timeout=self.config.response_timeout_seconds,
                     )
                     clock.attach(child.lines)

@@ -11,12 +11,14 @@ from typing import Any, Final, TypeVar
 import anyio
 import anyio.abc
 from dsh_subprocess import ExitFacts, ManagedProcess
+from pydantic import BaseModel, JsonValue
 
 from dsh_subagent.config_fields import DEFAULT_RESPONSE_TIMEOUT
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
 from dsh_subagent.errors import ProductFailureError
 from dsh_subagent.lines import LineReader, LineTooLongError, MalformedLineError, MalformedLinePolicy
 from dsh_subagent.progress import ProgressEvent, ProgressStream
+from dsh_subagent.structured import output_json_schema
 from dsh_subagent.types import ContentBlock
 
 __all__ = ["RESPONSE_TIMEOUT", "Launch", "ProductChild", "failure_of"]
@@ -76,6 +78,10 @@ class ProductChild:
             continuation handle), or ``None`` for a fresh session. ``open()`` loads it;
             a product that does not have it raises
             ``child.fail(CONTINUATION_UNAVAILABLE_CATEGORY)``.
+        output_schema: The JSON Schema the answer must match (the request's
+            ``output_schema``, a model given as its schema), or ``None``. Only a provider
+            that :attr:`~dsh_subagent.ProductProvider.enforces_output_schema` sees one;
+            the host validates the answer whatever the product did.
         session_id: The product session this run worked in, set by the provider once
             known; with continuation offered, a finished run's result carries it as its
             continuation handle.
@@ -99,6 +105,7 @@ class ProductChild:
         include_commands: bool = False,
         resume: str | None = None,
         response_timeout: float = DEFAULT_RESPONSE_TIMEOUT,
+        output_schema: Mapping[str, JsonValue] | type[BaseModel] | None = None,
     ) -> None:
         self._product = product
         self.process = process
@@ -111,6 +118,7 @@ class ProductChild:
         self.state: object = None
         self.detail: str | None = None
         self.resume = resume
+        self.output_schema = None if output_schema is None else output_json_schema(output_schema)
         self.session_id: str | None = None
         self._grace = grace
         self.progress = progress if progress is not None else ProgressStream()

@@ -10,12 +10,14 @@ and emits no event:
    (flag ``continuation``); the first unsupported field → ``UNSUPPORTED_CAPABILITY``;
    never accepted-then-ignored;
 3. every string of the request (the prompt, persona, the parent's cwd, ...) must be
-   valid UTF-8, the ``max_depth`` value, then the output schema's root →
+   valid UTF-8, the ``max_depth`` value, then the output schema (object root, a valid
+   JSON Schema) →
    ``INVALID_REQUEST`` (the UTF-8 refusal names the field and never repeats the text:
    :mod:`dsh_subagent.utf8`); a continuation handle issued by another provider instance
    → ``CONTINUATION_UNAVAILABLE`` (the fixed line);
 4. descriptor snapshot and a *new* resolved request carrying the service task group;
-5. ``provider.start`` (its failure propagates unchanged).
+5. ``provider.start`` (its failure propagates unchanged); with an ``output_schema`` the
+   published run's result is validated by the host (:mod:`dsh_subagent.structured`).
 
 After publication the service emits ``subagent/start`` and exactly one
 ``subagent/end``, with a fresh run id per accepted run.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import TracebackType
 from typing import Final, Self
 
@@ -46,6 +48,7 @@ from dsh_subagent.events import (
 )
 from dsh_subagent.observe import RunObservation, notify, observing_start, open_observations
 from dsh_subagent.progress import ProgressStream
+from dsh_subagent.structured import StructuredRun, check_output_schema
 from dsh_subagent.types import (
     ERROR,
     ParentContext,
@@ -98,14 +101,6 @@ def check_max_depth(value: object, *, prefix: str = "subagent") -> int:
             f"{prefix} max_depth must be a non-negative safe integer",
         )
     return value
-
-
-def _check_output_schema(schema: Mapping[str, object]) -> None:
-    if not isinstance(schema, Mapping) or schema.get("type") != "object":
-        raise SubagentError(
-            SubagentErrorCode.INVALID_REQUEST,
-            'subagent output_schema must be an object-rooted JSON Schema ({"type": "object"})',
-        )
 
 
 async def _leave_task_group(
@@ -408,7 +403,7 @@ class SubagentService:
         if request.max_depth is not None:
             check_max_depth(request.max_depth)
         if request.output_schema is not None:
-            _check_output_schema(request.output_schema)
+            check_output_schema(request.output_schema)
         if request.resume is not None and request.resume.provider != name:
             raise ContinuationUnavailableError(CONTINUATION_UNAVAILABLE_MESSAGE)
         descriptor = SubagentDescriptor(provider=name, label=request.label)
@@ -424,6 +419,9 @@ class SubagentService:
             self._starting -= 1
             if self._starting == 0 and self._starts_idle is not None:
                 self._starts_idle.set()
+        if request.output_schema is not None:
+            # The host validates the answer whatever the provider (output:nonconforming-fails).
+            inner = StructuredRun(inner, request.output_schema)
         if self._closed_meanwhile():
             # The service began closing while the provider was starting: nobody would
             # dispose this run at exit, so tear it down here and publish nothing.

@@ -27,6 +27,7 @@ from dsh_subagent.continuation import ContinuationHandle, ContinuationIds
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
 from dsh_subagent.events import ProviderAdded, ProviderRemoved, SubagentEvent, render_error
 from dsh_subagent.service import MAX_SAFE_INTEGER, PublishedRun, SubagentService
+from dsh_subagent.structured import check_output_schema
 from dsh_subagent.tool_protocol import (
     ABORTED_BEFORE_DISPATCH,
     ModelTool,
@@ -143,6 +144,8 @@ class SubagentToolConfig(BaseModel):
         persona: Forwarded when set (needs the ``persona`` capability).
         tool_filter: Forwarded when set (needs ``tool_filter``); must name allow or deny.
         agent_options: Forwarded when set (needs ``agent_options``).
+        output_schema: Forwarded when set (needs ``output_schema``): the JSON Schema every
+            answer of this tool must match; the host validates it (``output:*`` rules).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -154,6 +157,17 @@ class SubagentToolConfig(BaseModel):
     persona: str | None = None
     tool_filter: ToolFilter | None = None
     agent_options: AgentOptions | None = None
+    output_schema: dict[str, JsonValue] | None = None
+
+    @field_validator("output_schema")
+    @classmethod
+    def _object_schema(cls, value: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
+        if value is not None:
+            try:
+                check_output_schema(value)
+            except SubagentError as exc:
+                raise ValueError(exc.message) from None
+        return value
 
     @field_validator("tool_name", "provider")
     @classmethod
@@ -393,6 +407,7 @@ class SubagentTool:
             "tool_filter": config.tool_filter,
             "persona": config.persona,
             "resume": resume,
+            "output_schema": config.output_schema,
         }
         if background:
             if self._background is None:

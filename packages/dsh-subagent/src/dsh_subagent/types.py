@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, TypeVar, runtime_checkable
 
 from anyio.abc import TaskGroup
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -54,6 +54,8 @@ REFUSAL: Final = "refusal"
 KNOWN_STOP_REASONS: Final = frozenset({COMPLETED, ABORTED, ERROR, MAX_TOKENS, REFUSAL})
 
 SUBAGENT_DESCRIPTOR_VERSION: Final = 1
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -148,7 +150,10 @@ class SubagentStartRequest(BaseModel):
     """The one cancellation channel, before and after publication."""
     label: str | None = None
     agent_options: AgentOptions | None = None
-    output_schema: Mapping[str, JsonValue] | None = None
+    output_schema: Mapping[str, JsonValue] | type[BaseModel] | None = None
+    """The shape the final answer must have: a pydantic model class or an object-rooted
+    JSON Schema (gated by the ``output_schema`` capability; the host validates the answer
+    whatever the provider: :mod:`dsh_subagent.structured`)."""
     max_depth: Any = None
     """Absolute depth cap; validated by the service (non-negative safe integer)."""
     tool_filter: ToolFilter | None = None
@@ -195,7 +200,10 @@ class SubagentResult(BaseModel):
 
     model_config = _FROZEN
     output: tuple[ContentBlock, ...] = ()
-    structured: JsonValue | None = None
+    structured: Any = None
+    """The validated answer of a run started with an ``output_schema``: an instance of
+    the model when a model class was given, the parsed JSON otherwise; ``None`` without a
+    schema or when the run failed."""
     diagnostic: str | None = None
     stop_reason: str
     usage: Usage | None = None
@@ -211,6 +219,22 @@ class SubagentResult(BaseModel):
     def text(self) -> str:
         """The output's text blocks joined with no separator."""
         return text_of(self.output)
+
+    def structured_as(self, model: type[ModelT]) -> ModelT:
+        """:attr:`structured` typed as ``model`` (validated into it if it is plain JSON).
+
+        Raises:
+            ValueError: The result carries no structured answer (it failed, or was not
+                started with an ``output_schema``).
+            pydantic.ValidationError: The structured answer does not fit ``model``.
+        """
+        if self.structured is None:
+            raise ValueError(
+                f"the result carries no structured answer (stop reason {self.stop_reason})"
+            )
+        if isinstance(self.structured, model):
+            return self.structured
+        return model.model_validate(self.structured)
 
 
 @runtime_checkable
