@@ -255,7 +255,7 @@ def test_sigint_ends_a_run_stuck_in_a_shielded_dispose_and_nothing_survives(
     assert re.search(r"KeyboardInterrupt|Interrupted", out), out
     # The interrupted account, and no rule blamed for the interrupt.
     account = (
-        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 27 rules did "
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 31 rules did "
         "not run. not reached: the session ended before it: quiescence:after-dispose"
     )
     assert account in out.splitlines(), out

@@ -127,7 +127,7 @@ def test_the_unmodified_scaffold_passes_the_kit_from_wheels_in_a_fresh_venv(
     # Every keyless and loader rule, once (asyncio): passed, none opted out; only the two
     # opt-in continuation rules skip (the unmodified scaffold declares no continuation).
     account = (
-        "dsh-contract tests/test_contract.py::TestAcmeAgentContract: every one of its 27 rules ran"
+        "dsh-contract tests/test_contract.py::TestAcmeAgentContract: every one of its 31 rules ran"
     )
     assert account in ran.stdout.splitlines(), ran.stdout  # the line the kit README shows
     match = re.fullmatch(r"(\d+) passed, 2 skipped in [\d.]+s( \(.*\))?", summary)
