@@ -113,9 +113,11 @@ def test_every_directive_pattern_shown_to_authors_is_the_kits() -> None:
     texts.update({str(p): p.read_text(encoding="utf-8") for p in (_ROOT / "docs").glob("*.md")})
     shown = {(where, m) for where, text in texts.items() for m in _DIRECTIVE_PATTERN.findall(text)}
     assert shown, "no directive pattern found"
-    # The `recall` verb only ever reaches a provider declaring continuation (an opt-in the
-    # continuation docs introduce), so the first-provider docs may show the pattern without it.
-    kit = {_DIRECTIVE.pattern, _DIRECTIVE.pattern.replace("|recall", "")}
+    # The `recall` and `misshapen` verbs only ever reach a provider declaring continuation or
+    # output_schema (opt-ins their own docs introduce), so the first-provider docs may show
+    # the pattern without them.
+    without_recall = _DIRECTIVE.pattern.replace("|recall", "")
+    kit = {_DIRECTIVE.pattern, without_recall, without_recall.replace("|misshapen", "")}
     assert {(w, m) for w, m in shown if m not in kit} == set()
 
 
@@ -126,9 +128,9 @@ def test_the_readme_provider_passes_every_rule_of_the_kit(
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0, result.stdout.str()
     assert outcomes.get("errors", 0) == 0, result.stdout.str()
-    assert outcomes.get("passed", 0) == 33, result.stdout.str()
-    # The two opt-in continuation rules are kit skips: this provider declares no continuation.
-    assert outcomes.get("skipped", 0) == 2, result.stdout.str()
+    assert outcomes.get("passed", 0) == 34, result.stdout.str()
+    # The opt-in continuation and output rules are kit skips: this provider declares neither.
+    assert outcomes.get("skipped", 0) == 5, result.stdout.str()
     assert result.ret == pytest.ExitCode.OK
     assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 31 rules ran" in (
         result.stdout.lines
@@ -143,9 +145,9 @@ def test_the_kit_readme_example_passes_every_rule_of_the_kit(
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0, result.stdout.str()
     assert outcomes.get("errors", 0) == 0, result.stdout.str()
-    assert outcomes.get("passed", 0) == 33, result.stdout.str()
-    # The two opt-in continuation rules are kit skips: this provider declares no continuation.
-    assert outcomes.get("skipped", 0) == 2, result.stdout.str()
+    assert outcomes.get("passed", 0) == 34, result.stdout.str()
+    # The opt-in continuation and output rules are kit skips: this provider declares neither.
+    assert outcomes.get("skipped", 0) == 5, result.stdout.str()
     assert result.ret == pytest.ExitCode.OK
     assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 31 rules ran" in (
         result.stdout.lines
@@ -173,5 +175,5 @@ def test_the_readme_distribution_passes_the_kit_from_wheels_in_a_fresh_venv(
     imported, *_, summary = ran.stdout.strip().splitlines()
     # From the project directory, the installed wheel is imported, not src/.
     assert imported.startswith(str(root / ".venv" / "lib")), imported
-    assert re.fullmatch(r"33 passed, 2 skipped in [\d.]+s( \(.*\))?", summary), summary
+    assert re.fullmatch(r"34 passed, 5 skipped in [\d.]+s( \(.*\))?", summary), summary
     assert install_problems(root / ".venv" / "bin" / "python", {"my-provider"}) == []
