@@ -105,10 +105,12 @@ def run_on_ray(
     results: ResultsFile,
     err: TextIO,
     worktree: Worktree | None = None,
+    confinement: str | None = None,
 ) -> Summary:
     """Run ``plan`` on the Ray cluster at ``address`` (``None``: Ray's own default).
 
-    ``worktree``: ``--worktree`` settings every actor isolates its instance with.
+    ``worktree``: ``--worktree`` settings every actor isolates its instance with;
+    ``confinement``: the ``--confinement`` mode every actor composes the profile with.
 
     Raises:
         UsageError: Ray is not installed.
@@ -117,7 +119,7 @@ def run_on_ray(
         _stage_bundle(Path(stage), profile, files)
         try:
             with connect_ray(address, {"working_dir": stage}) as ray:
-                pool = _Pool(ray, plan, base_cwd, retries, worktree)
+                pool = _Pool(ray, plan, base_cwd, retries, worktree, confinement)
                 return pool.drive(results, err)
         except RayUnavailableError as exc:
             return Summary(0, 0, False, len(plan.tasks), f"could not reach Ray: {exc}")
@@ -152,6 +154,7 @@ class _Pool:
         base_cwd: str | None,
         retries: int,
         worktree: Worktree | None,
+        confinement: str | None = None,
     ) -> None:
         self._ray = ray
         self._plan = plan
@@ -161,7 +164,7 @@ class _Pool:
         )
         budget = plan.budget.model_dump_json() if plan.budget is not None else None
         settings = worktree.model_dump_json(exclude_unset=True) if worktree else None
-        self._args = (plan.provider, base_cwd, budget, settings)
+        self._args = (plan.provider, base_cwd, budget, settings, confinement)
         size = plan.concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._slots = [self._new_slot() for _ in range(min(size, len(plan.tasks)))]
         self._queue = deque(plan.tasks)

@@ -21,7 +21,7 @@ app-server that cannot parse a request logs it and never answers.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import ClassVar, Final
 
 from dsh_subagent import (
@@ -30,12 +30,15 @@ from dsh_subagent import (
     MalformedLinePolicy,
     ProductChild,
     ProductProvider,
+    ProductReach,
     SubagentResult,
+    default_reach,
 )
 from pydantic import ValidationError
 
 from dsh_subagent_codex.binary import codex_app_server_argv
 from dsh_subagent_codex.config import CodexConfig
+from dsh_subagent_codex.endpoints import codex_endpoint_ports
 from dsh_subagent_codex.errors import CodexProtocolError
 from dsh_subagent_codex.first_start import (
     FIRST_STARTS,
@@ -122,6 +125,20 @@ class CodexProvider(ProductProvider[CodexConfig]):
     def launch(self, cwd: str) -> Launch:
         """The pinned binary's app-server argv (a missing wheel fails at stage ``launch``)."""
         return Launch(argv=codex_app_server_argv())
+
+    def confinement_reach(
+        self, launch: Launch, env: Mapping[str, str | None], cwd: str
+    ) -> ProductReach:
+        """The pinned wheel's binary directory (read), the effective ``CODEX_HOME``
+        (written: sessions, logs, its sqlite state) and the ports of the model providers
+        its ``config.toml`` names (443 when it selects the built-in OpenAI provider)."""
+        base = default_reach(launch.argv, env)
+        home = str(effective_codex_home(env, cwd))
+        return ProductReach(
+            read=base.read,
+            write=(home,),
+            connect_ports=tuple(sorted({*base.connect_ports, *codex_endpoint_ports(home)})),
+        )
 
     def admission(self, cwd: str) -> contextlib.AbstractAsyncContextManager[FirstStartPass]:
         """One first start per effective ``CODEX_HOME`` at a time (see first_start.py)."""
