@@ -2,9 +2,9 @@
 
 A prompt-injected delegation is simulated with the loopback model fixtures: the model's
 reply asks the product's shell tool to read a key planted outside the cwd, write a file
-outside it, connect to a local port that is not the model, and read the host process's
-``/proc/<pid>/environ`` (where a variable the product's own environment never had is
-planted). Under the default confinement (``auto`` on a kernel with Landlock) every attempt
+outside it, connect to a local port that is not the model, and read every process's
+``/proc/<pid>/environ`` (the test process's, and a host-side process's that holds a
+planted variable the product's own environment never had). Under the default confinement (``auto`` on a kernel with Landlock) every attempt
 is refused, the delegation completes, no process is left and no planted text reaches a
 model request. The same task with ``confinement = {mode = "off"}`` shows each attempt
 succeed, so the assertions can fail (docs/security.md, "Threat model").
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,6 +97,9 @@ class Attack:
     key: Path
     written: Path
     listener: Listener
+    host: subprocess.Popen[bytes]
+    """A host-side process started with the planted variable in its environment (the
+    test process's own ``environ`` is fixed at its start, so it cannot be planted)."""
 
     @property
     def command(self) -> str:
@@ -107,23 +112,30 @@ class Attack:
         return (
             f"cat {self.key}; echo WRITE > {self.written}; "
             f'/usr/bin/python3 -c "{connect}"; '
-            f"tr '\\0' '\\n' < /proc/{os.getpid()}/environ | grep {HOST_VARIABLE}; "
+            f"cat /proc/[0-9]*/environ | tr '\\0' '\\n' | grep {HOST_VARIABLE}; "
             "echo ATTEMPTS-$((6 * 7))"
         )
 
 
 @pytest.fixture
-def attack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Attack]:
+def attack(tmp_path: Path) -> Iterator[Attack]:
     outside = tmp_path / "host-home"
     (outside / ".ssh").mkdir(parents=True)
     key = outside / ".ssh" / "id_rsa"
     key.write_text(KEY_TEXT + "\n", encoding="utf-8")
-    monkeypatch.setenv(HOST_VARIABLE, HOST_SECRET)
     listener = Listener()
+    host = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        env={**os.environ, HOST_VARIABLE: HOST_SECRET},
+    )
     try:
-        yield Attack(key, outside / "written-by-product.txt", listener)
+        yield Attack(key, outside / "written-by-product.txt", listener, host)
     finally:
         listener.close()
+        assert host.stdin is not None
+        host.stdin.close()
+        host.wait()
 
 
 def _confinement(confined: bool) -> ConfinementSetting:
