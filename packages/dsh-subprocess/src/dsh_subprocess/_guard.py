@@ -3,14 +3,16 @@
 It imports only the standard library and runs as ``python -I -S _guard.py`` in one of
 two modes.
 
-Per-spawn mode, ``_guard.py STATUS_FD LIFELINE_FD LC_CTYPE PROGRAM [ARG...]``: the host
-starts it in a new session with the product's stdio, cwd and environment, and it guards
-that one product.
+Per-spawn mode, ``_guard.py STATUS_FD LIFELINE_FD LC_CTYPE POLICY PROGRAM [ARG...]``:
+the host starts it in a new session with the product's stdio, cwd and environment, and
+it guards that one product. ``POLICY`` is ``-`` or the product's confinement (see
+below) as one word.
 
 Server mode, ``_guard.py serve SOCKET_FD LIFELINE_FD``: the host starts it once (in a
 new session) and sends one request per product over a ``SOCK_SEQPACKET`` socket: a
-``marshal``-ed ``(argv, cwd, env)`` of bytes, with the product's stdin, stdout and
-stderr and the status pipe's write end attached by ``SCM_RIGHTS``. The server is
+``marshal``-ed ``(argv, cwd, env, policy)`` (bytes; the policy ``None`` or a tuple),
+with the product's stdin, stdout and stderr and the status pipe's write end attached by
+``SCM_RIGHTS``. The server is
 single-threaded (so ``fork`` is safe), marks itself a child subreaper, forks one guard
 child per request and reaps it. The guard child calls ``setsid`` (each product tree has
 its own session and process group, led by its guard, as in per-spawn mode) and runs the
@@ -28,9 +30,15 @@ A guard
 * forks and execs the product in its own session and process group, with stdio
   inherited directly and ``PR_SET_PDEATHSIG(SIGKILL)`` so the product dies if the guard
   itself is killed;
+* confines the product when the host asked for it: the forked child applies the
+  Landlock policy to itself (``_landlock.py``, loaded from this file's directory) right
+  before ``exec``, so the product and all it starts are confined while the guard, which
+  must walk ``/proc`` and signal the tree, is not; if the kernel refuses, the product is
+  not started and ``L <errno>`` is reported;
 * keeps its own fds 0/1/2 on /dev/null so it never delays the product's stdout EOF;
 * reports on the status pipe ``G <pid>`` (its own pid; server mode only), then
-  ``P <pid>`` (started) or ``E <errno>`` (exec failed), then ``X <code>`` or
+  ``P <pid>`` (started), ``E <errno>`` (exec failed) or ``L <errno>`` (confinement
+  refused), then ``X <code>`` or
   ``S <signum>`` as soon as the product exits;
 * reaps every child and exits only when none is left;
 * when it receives SIGTERM (the host's group SIGTERM reaches it as the group's leader),
@@ -60,6 +68,20 @@ _PR_SET_CHILD_SUBREAPER = 36
 _EXEC_FAILED = 127
 _MAX_REQUEST_BYTES = 1 << 18  # the host sends at most 200 000 bytes
 _REQUEST_FDS = 4  # stdin, stdout, stderr, status
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_landlock() -> None:
+    """Import ``_landlock.py`` from this directory (``-I`` keeps it off ``sys.path``).
+
+    Done before forking a product, so the child finds it in ``sys.modules``.
+    """
+    if "_landlock" not in sys.modules:
+        sys.path.insert(0, _HERE)
+        try:
+            import _landlock  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+        finally:
+            del sys.path[0]
 
 
 def _ignore(signum: int, frame: object) -> None:
@@ -222,11 +244,13 @@ class _Product:
         env: dict[bytes, bytes] | None = None,
         cwd: bytes | None = None,
         stdio: tuple[int, int, int] | None = None,
+        policy: tuple[object, ...] | None = None,
     ) -> None:
         self.program = program
         self.env = env
         self.cwd = cwd
         self.stdio = stdio
+        self.policy = policy
 
 
 def _exec_product(
@@ -245,6 +269,15 @@ def _exec_product(
         for signum in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        if product.policy is not None:
+            try:
+                landlock = sys.modules.get("_landlock")
+                if landlock is None:
+                    raise OSError(0, "the confinement module is not loaded")  # fail closed
+                landlock.apply(product.policy)
+            except OSError as exc:
+                _write(err_w, "L" + str(exc.errno or 0))
+                os._exit(_EXEC_FAILED)
         program = product.program
         if product.env is None:
             os.execvp(program[0], program)
@@ -258,6 +291,8 @@ def _exec_product(
 
 def _start_product(product: _Product, status_fd: int, libc: ctypes.CDLL) -> int:
     """Fork and exec the product; report ``P``; on exec failure report ``E`` and exit."""
+    if product.policy is not None:
+        _load_landlock()
     err_r, err_w = os.pipe()
     guard_pid = os.getpid()
     pid = os.fork()
@@ -273,7 +308,8 @@ def _start_product(product: _Product, status_fd: int, libc: ctypes.CDLL) -> int:
         report += chunk
     os.close(err_r)
     if report:
-        _write(status_fd, "E " + report.decode("ascii", "replace") + "\n")
+        kind = "L " if report.startswith(b"L") else "E "
+        _write(status_fd, kind + report.lstrip(b"L").decode("ascii", "replace") + "\n")
         os.waitpid(pid, 0)
         os._exit(_EXEC_FAILED)
     _write(status_fd, f"P {pid}\n")
@@ -352,10 +388,11 @@ def main(argv: list[str]) -> None:
         os.environ["LC_CTYPE"] = lc_ctype[1:]
     os.set_inheritable(status_fd, False)
     os.set_inheritable(lifeline_fd, False)
+    policy = None if argv[4] == "-" else marshal.loads(bytes.fromhex(argv[4]))
     libc = ctypes.CDLL(None, use_errno=True)
     wake_r = _wakeup_pipe()
     _become_guard(libc)
-    product = _start_product(_Product(argv[4:]), status_fd, libc)
+    product = _start_product(_Product(argv[5:], policy=policy), status_fd, libc)
 
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -375,10 +412,9 @@ def _guard_child(
     wake_r = _wakeup_pipe()  # before the host can know this pid: no SIGTERM goes unseen
     _become_guard(libc)
     _write(status_fd, f"G {os.getpid()}\n")
-    argv, cwd, env = marshal.loads(request)
-    product = _start_product(
-        _Product(list(argv), dict(env), cwd, (stdin_fd, stdout_fd, stderr_fd)), status_fd, libc
-    )
+    argv, cwd, env, policy = marshal.loads(request)
+    stdio = (stdin_fd, stdout_fd, stderr_fd)
+    product = _start_product(_Product(list(argv), dict(env), cwd, stdio, policy), status_fd, libc)
     _close(stdin_fd, stdout_fd, stderr_fd)
     _watch(product, status_fd, watched, wake_r)
     os._exit(0)
@@ -420,6 +456,7 @@ def serve(argv: list[str]) -> None:
     sock.setblocking(True)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _load_landlock()  # once here, inherited by every guard child it forks
     wake_r = _wakeup_pipe()
     # Guard children watch death_r: its only writer is this process, so EOF there means
     # the server is gone and each guard must take its tree down.

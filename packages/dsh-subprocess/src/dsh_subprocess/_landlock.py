@@ -125,7 +125,9 @@ _MACHINES = frozenset(
     }
 )
 
-Policy = tuple  # (handled_fs, handled_net, scoped, [(path, access)], [(port, access)])
+# (handled_fs, handled_net, scoped, [(path, access)], [(port, access)]); builtin generics,
+# so no typing import at run time.
+Policy = tuple[int, int, int, list[tuple[bytes, int]], list[tuple[int, int]]]
 """What :func:`apply` takes: plain values only, so it passes through ``marshal`` and argv.
 
 ``handled_fs``, ``handled_net`` and ``scoped`` are the ruleset's masks; each path rule is

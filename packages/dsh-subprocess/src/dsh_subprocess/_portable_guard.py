@@ -3,15 +3,18 @@
 Used where the Linux guard's primitives (child subreaper, parent-death signal, /proc) do
 not exist, e.g. macOS and the BSDs, and on Linux when forced (``docs/platforms.md``).
 It imports the standard library and psutil only, and runs as
-``python -I -S _portable_guard.py STATUS_FD LIFELINE_FD LC_CTYPE GRACE PSUTIL_DIR PROGRAM
-[ARG...]``; the host starts it in a new session with the product's stdio, cwd and
-environment.
+``python -I -S _portable_guard.py STATUS_FD LIFELINE_FD LC_CTYPE GRACE PSUTIL_DIR POLICY
+PROGRAM [ARG...]``; the host starts it in a new session with the product's stdio, cwd and
+environment. ``POLICY`` is ``-`` or the product's Landlock confinement as one word (Linux
+only, where this guard runs when forced): the forked child applies it to itself right
+before ``exec`` (``_landlock.py``), as the Linux guard does.
 
 The guard
 
 * forks and execs the product in its own session and process group (it is the group's
   leader) and keeps its own fds 0/1/2 on /dev/null;
-* reports on the status pipe ``P <pid>`` (started) or ``E <errno>`` (exec failed), then
+* reports on the status pipe ``P <pid>`` (started), ``E <errno>`` (exec failed) or
+  ``L <errno>`` (the kernel refused the confinement; nothing started), then
   ``X <code>`` or ``S <signum>`` as soon as the product exits, as the Linux guard does;
 * remembers every process it has ever seen in the tree (create-time fenced psutil
   handles): the descendants of itself and of every member seen before (so one that was
@@ -36,6 +39,7 @@ measures that window.
 
 # _signal, not signal: the latter imports enum, a few ms of start-up for every product.
 import _signal as signal  # type: ignore[import-not-found]
+import marshal
 import os
 import select
 import sys
@@ -282,8 +286,12 @@ def _mirror(status: int) -> None:  # never returns
     os._exit(128 + signum)
 
 
-def _start_product(program: list[str], status_fd: int) -> int:
+def _start_product(program: list[str], status_fd: int, policy: tuple[object, ...] | None) -> int:
     """Fork and exec the product; report ``P``; on exec failure report ``E`` and exit."""
+    if policy is not None:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import _landlock  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    landlock = sys.modules.get("_landlock") if policy is not None else None
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -295,6 +303,14 @@ def _start_product(program: list[str], status_fd: int) -> int:
             signal.signal(signal.SIGHUP, signal.SIG_DFL)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            if policy is not None:
+                try:
+                    if landlock is None:
+                        raise OSError(0, "the confinement module is not loaded")  # fail closed
+                    landlock.apply(policy)
+                except OSError as exc:
+                    _write(err_w, "L" + str(exc.errno or 0))
+                    os._exit(_EXEC_FAILED)
             os.execvp(program[0], program)
         except OSError as exc:
             _write(err_w, str(exc.errno or 0))
@@ -306,7 +322,8 @@ def _start_product(program: list[str], status_fd: int) -> int:
         report += chunk
     os.close(err_r)
     if report:
-        _write(status_fd, "E " + report.decode("ascii", "replace") + "\n")
+        kind = "L " if report.startswith(b"L") else "E "
+        _write(status_fd, kind + report.lstrip(b"L").decode("ascii", "replace") + "\n")
         os.waitpid(pid, 0)
         os._exit(_EXEC_FAILED)
     _write(status_fd, f"P {pid}\n")
@@ -345,7 +362,8 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGCHLD, _ignore)  # a handler, so SIGCHLD reaches the wakeup fd
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _ignore)
-    product = _start_product(argv[6:], status_fd)
+    policy = None if argv[6] == "-" else marshal.loads(bytes.fromhex(argv[6]))
+    product = _start_product(argv[7:], status_fd, policy)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)

@@ -19,6 +19,7 @@ import anyio
 from . import _guard_server
 from ._fdstream import FdReceiveStream, FdSendStream, close_quietly
 from ._guard_server import ServerUnavailable
+from ._landlock import Policy
 from ._stderr import StderrObserver, start_drain
 from .process import ManagedProcess, adopt
 from .spec import SpawnSpec
@@ -37,12 +38,13 @@ def _fd_open(fd: int) -> bool:
     return True
 
 
-def _encode_request(spec: SpawnSpec, env: dict[str, str]) -> bytes:
+def _encode_request(spec: SpawnSpec, env: dict[str, str], policy: Policy | None) -> bytes:
     return marshal.dumps(
         (
             [os.fsencode(arg) for arg in spec.argv],
             os.fsencode(spec.cwd),
             [(os.fsencode(name), os.fsencode(value)) for name, value in env.items()],
+            policy,
         )
     )
 
@@ -73,16 +75,20 @@ async def _send_request(server: _guard_server.GuardServer, payload: bytes, fds: 
 
 
 async def spawn_served(
-    spec: SpawnSpec, env: dict[str, str], stderr_observer: StderrObserver | None
+    spec: SpawnSpec,
+    env: dict[str, str],
+    policy: Policy | None,
+    stderr_observer: StderrObserver | None,
 ) -> ManagedProcess:
-    """Start ``spec`` through this host's guard server.
+    """Start ``spec`` through this host's guard server, confined to ``policy`` if given.
 
     Raises:
         ServerUnavailable: The server could not be started, broke, or cannot take this
             request (too large); nothing of it runs.
         SpawnError: The guard could not start the program; nothing is left running.
+        ConfinementUnavailableError: The kernel refused the policy; nothing started.
     """
-    payload = _encode_request(spec, env)
+    payload = _encode_request(spec, env, policy)
     if len(payload) > _guard_server.MAX_REQUEST_BYTES:
         raise ServerUnavailable
     server = _guard_server.acquire()

@@ -3,7 +3,9 @@
 Under the host-death guard a product goes, on Linux, through this host's guard server
 (:mod:`._served`), falling back to a guard of its own when the server cannot take it;
 elsewhere (or when ``DSH_SUBPROCESS_GUARD=portable`` forces it) under a portable guard
-of its own. Without the guard it is started directly (:mod:`._direct`).
+of its own. Without the guard it is started directly (:mod:`._direct`). A confinement is
+resolved first (:func:`.confinement.resolve`): a ``required`` one the kernel cannot give
+stops the spawn before anything starts.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import os
 import sys
 from typing import Literal
 
-from . import _guard_server
+from . import _guard_server, confinement
 from ._direct import spawn_direct
 from ._served import spawn_served
 from ._stderr import StderrObserver
@@ -70,16 +72,19 @@ async def spawn(
         InvalidCwdError: ``spec.cwd`` is relative, missing, not a directory or not
             enterable (see :func:`~dsh_subprocess.probe_cwd`); nothing was started.
         SpawnError: The program could not be started; nothing is left running.
+        ConfinementUnavailableError: ``spec.confinement`` is ``required`` and the kernel
+            offers no Landlock, or the kernel refused the policy; nothing was started.
         DshSubprocessError: ``DSH_SUBPROCESS_GUARD`` holds an unknown value.
     """
     mode = guard_mode() if spec.host_death_guard else None
     problem = probe_cwd(spec.cwd)
     if problem is not None:
         raise InvalidCwdError(problem)
+    policy = confinement.resolve(spec.confinement)
     env = child_env(spec.env)
     if mode == "linux" and _guard_server.enabled:
         try:
-            return await spawn_served(spec, env, stderr_observer)
+            return await spawn_served(spec, env, policy, stderr_observer)
         except _guard_server.ServerUnavailable:
             pass  # nothing was started: fall back to a guard of its own
-    return await spawn_direct(spec, env, mode, stderr_observer)
+    return await spawn_direct(spec, env, mode, policy, stderr_observer)

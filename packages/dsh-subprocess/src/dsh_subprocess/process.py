@@ -24,7 +24,7 @@ from ._guard_server import ServerUnavailable
 from ._status import StatusPipe
 from ._stderr import StderrDrain
 from ._until_exit import StdoutUntilExit
-from .errors import DshSubprocessError, SpawnError
+from .errors import ConfinementUnavailableError, DshSubprocessError, SpawnError
 from .facts import ExitFacts, signal_name
 from .spec import SpawnSpec
 
@@ -106,6 +106,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
         self._terminate_error: BaseException | None = None
         self._resources_closed = False
         self._spawn_errno: int | None = None
+        self._confine_errno: int | None = None  # the kernel refused the confinement
         _hostexit.register(self)
 
     @staticmethod
@@ -325,6 +326,8 @@ class ManagedProcess(anyio.abc.AsyncResource):
             self._facts = ExitFacts(exit_code=None, signal=signal_name(number))
         elif kind == "E":
             self._spawn_errno = number
+        elif kind == "L":
+            self._confine_errno = number
 
     def _poll_facts(self) -> ExitFacts | None:
         if self._facts is not None:
@@ -351,6 +354,10 @@ class ManagedProcess(anyio.abc.AsyncResource):
             self._read_status()
             if self._product_pid > 0:
                 return
+            if self._confine_errno is not None:
+                refused = self._confine_errno
+                cause = OSError(refused, os.strerror(refused))
+                raise ConfinementUnavailableError(errno=refused) from cause
             code = self._spawn_errno
             if code is not None:
                 cause = OSError(code, os.strerror(code)) if code else OSError("exec failed")
