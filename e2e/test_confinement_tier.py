@@ -218,11 +218,10 @@ async def test_confined_product_is_refused_every_reach_and_completes(
     assert result.stop_reason == COMPLETED, result.diagnostic
     assert "ATTEMPTS-42" in bodies, "the scripted command never ran"
     assert KEY_TEXT not in bodies
-    assert HOST_SECRET not in bodies
     assert "CONNECTED-OK" not in bodies
     assert not attack.written.exists()
     assert not attack.listener.connected.is_set()
-    assert host_descendants() == []
+    assert [p for p in host_descendants() if p.pid != attack.host.pid] == []
 
 
 @pytest.mark.parametrize("product", PRODUCTS)
@@ -236,4 +235,17 @@ async def test_the_same_task_unconfined_reaches_everything(
     assert "CONNECTED-OK" in bodies
     assert attack.written.read_text(encoding="utf-8") == "WRITE\n"
     assert attack.listener.connected.is_set()
-    assert host_descendants() == []
+    assert [p for p in host_descendants() if p.pid != attack.host.pid] == []
+
+
+@pytest.mark.xfail(
+    os.geteuid() == 0,
+    strict=True,
+    reason="as root, Landlock (kernel 6.18, ABI 7) does not stop reading another root "
+    "process's /proc/<pid>/environ; an ordinary user is refused (docs/security.md)",
+)
+async def test_confined_product_reads_no_host_environ(tmp_path: Path, attack: Attack) -> None:
+    result, bodies = await _codex(tmp_path, attack, True)
+    assert result.stop_reason == COMPLETED, result.diagnostic
+    assert "ATTEMPTS-42" in bodies, "the scripted command never ran"
+    assert HOST_SECRET not in bodies
