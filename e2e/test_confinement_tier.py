@@ -3,21 +3,21 @@
 A prompt-injected delegation is simulated with the loopback model fixtures: the model's
 reply asks the product's shell tool to read a key planted outside the cwd, write a file
 outside it, connect to a local port that is not the model, and read every process's
-``/proc/<pid>/environ`` (the test process's, and a host-side process's that holds a
-planted variable the product's own environment never had). Under the default confinement (``auto`` on a kernel with Landlock) every attempt
-is refused, the delegation completes, no process is left and no planted text reaches a
-model request. The same task with ``confinement = {mode = "off"}`` shows each attempt
-succeed, so the assertions can fail (docs/security.md, "Threat model").
+``/proc/<pid>/environ`` (a host-side process holds a planted variable the product's own
+environment never had). Confined (``required``: the tier fails rather than fall back),
+the first three are refused, the delegation completes, no process is left and the
+planted key reaches no model request. The same task with confinement ``off`` shows each
+attempt succeed, so the assertions can fail. The host environ is refused to an ordinary
+user only: as root it stays readable (pinned below; docs/security.md, "Threat model").
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from dsh_subagent import COMPLETED, ConfinementSetting, SubagentProvider, delega
 from dsh_subagent_acp import AcpConfig, AcpProvider
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_codex import CodexConfig, CodexProvider
-from dsh_subprocess import landlock_abi
+from dsh_subprocess import ManagedProcess, SpawnSpec, landlock_abi, spawn
 from dsh_subprocess.testing import host_descendants
 
 pytestmark = [pytest.mark.anyio, pytest.mark.keyless]
@@ -97,7 +97,7 @@ class Attack:
     key: Path
     written: Path
     listener: Listener
-    host: subprocess.Popen[bytes]
+    host: ManagedProcess
     """A host-side process started with the planted variable in its environment (the
     test process's own ``environ`` is fixed at its start, so it cannot be planted)."""
 
@@ -118,24 +118,27 @@ class Attack:
 
 
 @pytest.fixture
-def attack(tmp_path: Path) -> Iterator[Attack]:
+async def attack(tmp_path: Path) -> AsyncIterator[Attack]:
     outside = tmp_path / "host-home"
     (outside / ".ssh").mkdir(parents=True)
     key = outside / ".ssh" / "id_rsa"
     key.write_text(KEY_TEXT + "\n", encoding="utf-8")
     listener = Listener()
-    host = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()"],
-        stdin=subprocess.PIPE,
-        env={**os.environ, HOST_VARIABLE: HOST_SECRET},
+    host = await spawn(
+        SpawnSpec(
+            argv=(sys.executable, "-c", "import time; time.sleep(600)"),
+            cwd=str(tmp_path),
+            env={HOST_VARIABLE: HOST_SECRET},  # a scrubbed name travels only explicitly
+            stdin="devnull",
+            stdout="devnull",
+            stderr="devnull",
+        )
     )
     try:
         yield Attack(key, outside / "written-by-product.txt", listener, host)
     finally:
         listener.close()
-        assert host.stdin is not None
-        host.stdin.close()
-        host.wait()
+        await host.terminate()
 
 
 def _confinement(confined: bool) -> ConfinementSetting:
@@ -165,8 +168,9 @@ async def _codex(tmp_path: Path, attack: Attack, confined: bool) -> tuple[Any, s
 
 
 async def _claude(tmp_path: Path, attack: Attack, confined: bool) -> tuple[Any, str]:
-    script = [ToolUse("Bash", {"command": attack.command}, "toolu_attack"), TextAnswer(ANSWER)]
-    with MessagesFixture(script) as fixture:
+    with MessagesFixture(
+        [ToolUse("Bash", {"command": attack.command}, "toolu_attack"), TextAnswer(ANSWER)]
+    ) as fixture:
         home = keyless_claude_home(tmp_path, fixture.base_url)
         env = dict(home.env)
         env["IS_SANDBOX"] = "1"  # root refuses the bypass unless told (see test_keyless.py)
@@ -221,7 +225,7 @@ async def test_confined_product_is_refused_every_reach_and_completes(
     assert "CONNECTED-OK" not in bodies
     assert not attack.written.exists()
     assert not attack.listener.connected.is_set()
-    assert [p for p in host_descendants() if p.pid != attack.host.pid] == []
+    assert {p.pid for p in host_descendants()} - attack.host.tree_pids() == set()
 
 
 @pytest.mark.parametrize("product", PRODUCTS)
@@ -235,7 +239,7 @@ async def test_the_same_task_unconfined_reaches_everything(
     assert "CONNECTED-OK" in bodies
     assert attack.written.read_text(encoding="utf-8") == "WRITE\n"
     assert attack.listener.connected.is_set()
-    assert [p for p in host_descendants() if p.pid != attack.host.pid] == []
+    assert {p.pid for p in host_descendants()} - attack.host.tree_pids() == set()
 
 
 @pytest.mark.xfail(
