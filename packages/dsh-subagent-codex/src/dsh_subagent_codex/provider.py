@@ -32,13 +32,13 @@ from dsh_subagent import (
     ProductProvider,
     ProductReach,
     SubagentResult,
+    confines_commands,
     default_reach,
 )
 from pydantic import ValidationError
 
 from dsh_subagent_codex.binary import codex_app_server_argv
 from dsh_subagent_codex.config import CodexConfig
-from dsh_subagent_codex.endpoints import codex_endpoint_ports
 from dsh_subagent_codex.errors import CodexProtocolError
 from dsh_subagent_codex.first_start import (
     FIRST_STARTS,
@@ -46,6 +46,7 @@ from dsh_subagent_codex.first_start import (
     HomeKey,
     effective_codex_home,
 )
+from dsh_subagent_codex.home_config import codex_endpoint_ports, native_sandbox_mode
 from dsh_subagent_codex.jsonrpc import Frame, JsonRpcLines
 from dsh_subagent_codex.permissions import mode_thread_fields
 from dsh_subagent_codex.protocol import (
@@ -131,13 +132,22 @@ class CodexProvider(ProductProvider[CodexConfig]):
     ) -> ProductReach:
         """The pinned wheel's binary directory (read), the effective ``CODEX_HOME``
         (written: sessions, logs, its sqlite state) and the ports of the model providers
-        its ``config.toml`` names (443 when it selects the built-in OpenAI provider)."""
+        its ``config.toml`` names (443 when it selects the built-in OpenAI provider).
+
+        Confined, the kernel policy is Codex's command sandbox (see :meth:`open`), so the
+        cwd is writable exactly when Codex's own sandbox would let commands write it: not
+        in ``never`` mode under a ``read-only`` native ``sandbox_mode`` (the default).
+        """
         base = default_reach(launch.argv, env)
         home = str(effective_codex_home(env, cwd))
+        sandbox = (
+            native_sandbox_mode(home) if self.config.permission_mode == "never" else "writable"
+        )
         return ProductReach(
             read=base.read,
             write=(home,),
             connect_ports=tuple(sorted({*base.connect_ports, *codex_endpoint_ports(home)})),
+            cwd_writable=sandbox != "read-only",
         )
 
     def admission(self, cwd: str) -> contextlib.AbstractAsyncContextManager[FirstStartPass]:
@@ -157,6 +167,10 @@ class CodexProvider(ProductProvider[CodexConfig]):
         await rpc.notify("initialized")
         config = self.config
         fields = mode_thread_fields(config.permission_mode)
+        if confines_commands(config.confinement):
+            # Codex's own sandbox (bubblewrap) cannot start inside a Landlock domain (no
+            # mounts, no uid map): the kernel policy around the whole tree is the sandbox.
+            fields["sandbox"] = "danger-full-access"
         method = "thread/start"
         params: ThreadStartParams | ThreadResumeParams
         if child.resume is not None:

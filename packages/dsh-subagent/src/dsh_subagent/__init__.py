@@ -19,6 +19,7 @@ from dsh_subagent.confinement import (
     check_confinement,
     confinement_fallback_line,
     confinement_refusal_line,
+    confines_commands,
     default_reach,
     run_policy,
 )
@@ -280,6 +281,7 @@ __all__ = [
     "check_request_text",
     "confinement_fallback_line",
     "confinement_refusal_line",
+    "confines_commands",
     "default_reach",
     "delegate",
     "delegate_sync",

@@ -47,6 +47,7 @@ __all__ = [
     "check_confinement",
     "confinement_fallback_line",
     "confinement_refusal_line",
+    "confines_commands",
     "default_reach",
     "run_policy",
 ]
@@ -126,11 +127,14 @@ class ProductReach:
         write: Its home when the product keeps state there (``CODEX_HOME``, the Claude
             config directory).
         connect_ports: The ports of the model endpoint(s) its configuration names.
+        cwd_writable: Whether the run may write its cwd (read only otherwise: a product
+            whose own read-only sandbox the kernel policy stands in for).
     """
 
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     connect_ports: tuple[int, ...] = field(default_factory=tuple)
+    cwd_writable: bool = True
 
 
 def _unique(paths: Iterable[str]) -> tuple[str, ...]:
@@ -167,8 +171,11 @@ def run_policy(
     if setting.mode == "off":
         return None
     git_read, git_write = git_paths(cwd)
-    write = _unique([cwd, *_private_dirs(env), *git_write, *reach.write, *setting.write])
-    read = _unique([*system_read_paths(), *reach.read, *git_read, *setting.read])
+    own = [cwd, *git_write]
+    mine = own if reach.cwd_writable else []
+    write = _unique([*mine, *_private_dirs(env), *reach.write, *setting.write])
+    seen = [] if reach.cwd_writable else own
+    read = _unique([*system_read_paths(), *reach.read, *seen, *git_read, *setting.read])
     ports = tuple(sorted({*reach.connect_ports, *setting.connect_ports}))
     return Confinement(mode=setting.mode, read=read, write=write, connect_ports=ports)
 
@@ -215,6 +222,12 @@ class RunScratch:
         """Remove the directory and what the run left in it (idempotent)."""
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+def confines_commands(setting: ConfinementSetting) -> bool:
+    """Whether a run of an instance with ``setting`` is confined by the kernel here (the
+    mode is not ``off`` and the kernel offers Landlock)."""
+    return setting.mode != "off" and landlock_abi() > 0
 
 
 def confinement_fallback_line(modes: Iterable[ConfinementMode]) -> str | None:
