@@ -62,6 +62,7 @@ PRIVATE_DIR_VARIABLES: tuple[str, ...] = (
     "XDG_STATE_HOME",
     "CODEX_HOME",
     "CLAUDE_CONFIG_DIR",
+    "CLAUDE_CODE_TMPDIR",
 )
 """Variables whose value, when the instance's ``env`` sets it, is one of the run's own
 directories: writable by the run. Inherited values (the user's real ``HOME``) are not."""
