@@ -26,10 +26,10 @@ import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
 from dsh_subprocess import Confinement, ConfinementMode, landlock_abi, system_read_paths
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from dsh_subagent.confinement_paths import (
     env_endpoint_ports,
@@ -68,35 +68,14 @@ PRIVATE_DIR_VARIABLES: tuple[str, ...] = (
 directories: writable by the run. Inherited values (the user's real ``HOME``) are not."""
 
 
-def _absolute(value: str) -> str:
+def _absolute(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("a path must be a string")
     if "\0" in value:
         raise ValueError("a path must not contain NUL characters")
     if not value:
         raise ValueError("a path must not be empty")
     return os.path.abspath(os.path.expanduser(value))
-
-
-def _paths(value: Any) -> Any:
-    if isinstance(value, str):
-        raise ValueError("must be a list of paths, not one string")
-    return value
-
-
-def _ports(value: tuple[int, ...]) -> tuple[int, ...]:
-    for port in value:
-        if isinstance(port, bool) or not 1 <= port <= 65535:
-            raise ValueError(f"{port!r} is not a TCP port (1-65535)")
-    return value
-
-
-def _reject_bool_ports(value: Any) -> Any:
-    if isinstance(value, list | tuple) and any(isinstance(port, bool) for port in value):
-        raise ValueError("a port must be a number, not true/false")
-    return value
-
-
-Paths = Annotated[tuple[Annotated[str, AfterValidator(_absolute)], ...], BeforeValidator(_paths)]
-Ports = Annotated[tuple[int, ...], BeforeValidator(_reject_bool_ports), AfterValidator(_ports)]
 
 
 class ConfinementSetting(BaseModel):
@@ -114,9 +93,29 @@ class ConfinementSetting(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: ConfinementMode = "auto"
-    read: Paths = ()
-    write: Paths = ()
-    connect_ports: Ports = ()
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    connect_ports: tuple[int, ...] = ()
+
+    @field_validator("read", "write", mode="before")
+    @classmethod
+    def _paths(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError("must be a list of paths, not one string")
+        if isinstance(value, list | tuple):
+            return tuple(_absolute(item) for item in value)
+        return value
+
+    @field_validator("connect_ports", mode="before")
+    @classmethod
+    def _ports(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            for port in value:
+                if isinstance(port, bool):
+                    raise ValueError("a port must be a number, not true/false")
+                if isinstance(port, int) and not 1 <= port <= 65535:
+                    raise ValueError(f"{port!r} is not a TCP port (1-65535)")
+        return value
 
 
 @dataclass(frozen=True)
