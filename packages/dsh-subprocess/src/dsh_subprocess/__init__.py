@@ -16,6 +16,7 @@ from ._stderr import StderrObserver
 from ._until_exit import StdoutUntilExit
 from .confinement import (
     DEVICE_PATHS,
+    PTY_PATHS,
     Confinement,
     ConfinementMode,
     EffectiveConfinement,
@@ -48,6 +49,7 @@ __all__ = [
     "DEVICE_PATHS",
     "GUARD_PATH",
     "MAX_GRACE_SECONDS",
+    "PTY_PATHS",
     "Confinement",
     "ConfinementMode",
     "ConfinementUnavailableError",

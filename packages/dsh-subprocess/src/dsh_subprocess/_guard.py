@@ -12,16 +12,15 @@ Server mode, ``_guard.py serve SOCKET_FD LIFELINE_FD``: the host starts it once 
 new session) and sends one request per product over a ``SOCK_SEQPACKET`` socket: a
 ``marshal``-ed ``(argv, cwd, env, policy)`` (bytes; the policy ``None`` or a tuple),
 with the product's stdin, stdout and stderr and the status pipe's write end attached by
-``SCM_RIGHTS``. The server is
-single-threaded (so ``fork`` is safe), marks itself a child subreaper, forks one guard
-child per request and reaps it. The guard child calls ``setsid`` (each product tree has
-its own session and process group, led by its guard, as in per-spawn mode) and runs the
-same guard logic. Should a guard child be killed while descendants of its product live,
-those orphans are re-parented to the server, which SIGKILLs them at once: a tree is only
-ever attributed to its own guard. When the lifeline or the socket reaches EOF (the host
-died or shut the server down) the server SIGKILLs every descendant and exits; each guard
-child also watches a pipe whose only writer is the server, so a killed server takes
-every tree with it.
+``SCM_RIGHTS``. The server is single-threaded (so ``fork`` is safe), marks itself a
+child subreaper, forks one guard child per request and reaps it. The guard child calls
+``setsid`` (each product tree has its own session and process group, led by its guard,
+as in per-spawn mode) and runs the same guard logic. Should a guard child be killed
+while descendants of its product live, those orphans are re-parented to the server,
+which SIGKILLs them at once: a tree is only ever attributed to its own guard. When the
+lifeline or the socket reaches EOF (the host died or shut the server down) the server
+SIGKILLs every descendant and exits; each guard child also watches a pipe whose only
+writer is the server, so a killed server takes every tree with it.
 
 A guard
 
@@ -38,8 +37,7 @@ A guard
 * keeps its own fds 0/1/2 on /dev/null so it never delays the product's stdout EOF;
 * reports on the status pipe ``G <pid>`` (its own pid; server mode only), then
   ``P <pid>`` (started), ``E <errno>`` (exec failed) or ``L <errno>`` (confinement
-  refused), then ``X <code>`` or
-  ``S <signum>`` as soon as the product exits;
+  refused), then ``X <code>`` or ``S <signum>`` as soon as the product exits;
 * reaps every child and exits only when none is left;
 * when it receives SIGTERM (the host's group SIGTERM reaches it as the group's leader),
   passes it on to every descendant outside its process group, found through
@@ -79,9 +77,10 @@ def _load_landlock() -> None:
     if "_landlock" not in sys.modules:
         sys.path.insert(0, _HERE)
         try:
-            import _landlock  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+            import _landlock  # type: ignore[import-not-found,unused-ignore]
         finally:
             del sys.path[0]
+        _landlock.abi()  # loads libc once, here rather than in every product's child
 
 
 def _ignore(signum: int, frame: object) -> None:
@@ -275,8 +274,8 @@ def _exec_product(
                 if landlock is None:
                     raise OSError(0, "the confinement module is not loaded")  # fail closed
                 landlock.apply(product.policy)
-            except OSError as exc:
-                _write(err_w, "L" + str(exc.errno or 0))
+            except Exception as exc:  # whatever it was, the product must not run
+                _write(err_w, "L" + str(getattr(exc, "errno", 0) or 0))
                 os._exit(_EXEC_FAILED)
         program = product.program
         if product.env is None:

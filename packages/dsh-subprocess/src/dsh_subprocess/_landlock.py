@@ -32,6 +32,10 @@ import marshal
 import os
 import sys
 
+# os.execvp imports warnings on first use (os.get_exec_path): by then the ruleset may
+# forbid reading the standard library, so it is imported here, before any restriction.
+import warnings  # noqa: F401
+
 # Access rights (include/uapi/linux/landlock.h).
 FS_EXECUTE = 1 << 0
 FS_WRITE_FILE = 1 << 1
@@ -102,6 +106,11 @@ _CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
 _RULE_NET_PORT = 2
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_CAPBSET_DROP = 24
+# With either capability a process may still read another's /proc/<pid>/environ and maps
+# across its Landlock domain (verified on 6.18 as root); see apply().
+_CAP_SYS_ADMIN = 21
+_CAP_PERFMON = 38
 
 # Since Linux 5.1 a new syscall has one number on every architecture but alpha, ia64 and
 # mips: landlock_create_ruleset, landlock_add_rule, landlock_restrict_self. Verified on
@@ -137,10 +146,15 @@ out to be a file; a path that cannot be opened is skipped); each port rule is
 """
 
 
+_libc_handle: list[ctypes.CDLL] = []  # loaded once (0.2 ms): before a guard forks
+
+
 def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return libc
+    if not _libc_handle:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        _libc_handle.append(libc)
+    return _libc_handle[0]
 
 
 def _syscall(libc: ctypes.CDLL, number: int, *args: object) -> int:
@@ -216,7 +230,10 @@ def apply(policy: Policy) -> None:
 
     Sets ``PR_SET_NO_NEW_PRIVS`` (required by ``landlock_restrict_self`` without
     ``CAP_SYS_ADMIN``; set-user-id programs then no longer gain privileges), which lasts
-    for the process and its descendants.
+    for the process and its descendants. A process that may (root) also drops
+    ``CAP_SYS_ADMIN`` and ``CAP_PERFMON`` from its bounding set, so the program it execs
+    holds neither: with them, the kernel lets a confined process read the ``environ`` and
+    ``maps`` of processes outside its domain (the host's environment holds its keys).
 
     Raises:
         OSError: The kernel refused the ruleset, a rule or the restriction; the process
@@ -244,6 +261,10 @@ def apply(policy: Policy) -> None:
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code))
+        for capability in (_CAP_SYS_ADMIN, _CAP_PERFMON):
+            # EPERM without CAP_SETPCAP (then it cannot hold them either), EINVAL on a
+            # kernel older than CAP_PERFMON (5.8): nothing to drop.
+            libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
         _syscall(libc, _SYSCALLS[2], ctypes.c_int(ruleset), ctypes.c_uint32(0))
     finally:
         os.close(ruleset)
@@ -305,7 +326,7 @@ def _trampoline(argv: list[str]) -> None:  # never returns
         os.environ["LC_CTYPE"] = argv[2][1:]
     try:
         apply(decode(argv[3]))
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # whatever it was, the program must not run
         _report(err_fd, f"L {getattr(exc, 'errno', 0) or 0}\n")
         os._exit(127)
     program = argv[4:]

@@ -290,7 +290,9 @@ def _start_product(program: list[str], status_fd: int, policy: tuple[object, ...
     """Fork and exec the product; report ``P``; on exec failure report ``E`` and exit."""
     if policy is not None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import _landlock  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+        import _landlock  # type: ignore[import-not-found,unused-ignore]
+
+        _landlock.abi()  # loads libc before the fork
     landlock = sys.modules.get("_landlock") if policy is not None else None
     err_r, err_w = os.pipe()
     pid = os.fork()
@@ -308,8 +310,8 @@ def _start_product(program: list[str], status_fd: int, policy: tuple[object, ...
                     if landlock is None:
                         raise OSError(0, "the confinement module is not loaded")  # fail closed
                     landlock.apply(policy)
-                except OSError as exc:
-                    _write(err_w, "L" + str(exc.errno or 0))
+                except Exception as exc:  # the product must not run unconfined
+                    _write(err_w, "L" + str(getattr(exc, "errno", 0) or 0))
                     os._exit(_EXEC_FAILED)
             os.execvp(program[0], program)
         except OSError as exc:

@@ -10,6 +10,7 @@ stops the spawn before anything starts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Literal
@@ -82,9 +83,13 @@ async def spawn(
         raise InvalidCwdError(problem)
     policy = confinement.resolve(spec.confinement)
     env = child_env(spec.env)
+    proc: ManagedProcess | None = None
     if mode == "linux" and _guard_server.enabled:
-        try:
-            return await spawn_served(spec, env, policy, stderr_observer)
-        except _guard_server.ServerUnavailable:
-            pass  # nothing was started: fall back to a guard of its own
-    return await spawn_direct(spec, env, mode, policy, stderr_observer)
+        # ServerUnavailable: nothing was started; fall back to a guard of its own.
+        with contextlib.suppress(_guard_server.ServerUnavailable):
+            proc = await spawn_served(spec, env, policy, stderr_observer)
+    if proc is None:
+        proc = await spawn_direct(spec, env, mode, policy, stderr_observer)
+    # The guard or the trampoline reported the product started: the policy was applied.
+    proc._confined = policy is not None
+    return proc

@@ -20,6 +20,7 @@ from .errors import ConfinementUnavailableError
 
 __all__ = [
     "DEVICE_PATHS",
+    "PTY_PATHS",
     "Confinement",
     "ConfinementMode",
     "EffectiveConfinement",
@@ -53,31 +54,37 @@ DEVICE_PATHS: tuple[tuple[str, Literal["rw", "read"]], ...] = (
     ("/dev/zero", "rw"),
     ("/dev/full", "rw"),
     ("/dev/tty", "rw"),
-    ("/dev/ptmx", "rw"),
-    ("/dev/pts", "rw"),
     ("/dev/random", "read"),
     ("/dev/urandom", "read"),
 )
 """The device files every confined tree gets whatever its policy says (programs expect
 them): read, write, truncate and terminal ioctls on ``/dev/null``, ``/dev/zero``,
-``/dev/full``, ``/dev/tty``, ``/dev/ptmx`` and beneath ``/dev/pts``; read on
-``/dev/random`` and ``/dev/urandom``. Nothing else under ``/dev`` (no disks, no
-``/dev/shm``)."""
+``/dev/full`` and ``/dev/tty`` (the caller's controlling terminal: a product started in
+a session of its own has none); read on ``/dev/random`` and ``/dev/urandom``. Nothing
+else under ``/dev``: no disks, no ``/dev/shm``, and no pseudo-terminals unless the
+policy asks for them (``pseudo_terminals``)."""
+
+PTY_PATHS = ("/dev/ptmx", "/dev/pts")
+"""What ``Confinement(pseudo_terminals=True)`` adds, with terminal ioctls."""
 
 
 def system_read_paths() -> tuple[str, ...]:
     """The operating system's directories a program needs to run: read and execute beneath.
 
     ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc``, ``/run/systemd/resolve`` (where
-    ``/etc/resolv.conf`` points on systemd hosts), ``/proc``, ``/sys`` and ``/nix/store``;
-    those missing on this system are skipped when the policy is applied. Not included on
+    ``/etc/resolv.conf`` points on systemd hosts), ``/proc``, ``/sys`` and ``/nix/store``,
+    plus the file ``/etc/resolv.conf`` resolves to when it lies elsewhere (the kernel
+    checks the target of a symlink, and name resolution reads it); those missing on this
+    system are skipped when the policy is applied. Not included on
     purpose: the home directory, ``/tmp``, ``/var``, ``/opt``, ``/srv``, ``/mnt`` and
     ``/media``. Files under ``/etc`` stay as readable as the user's permissions make
     them. ``/proc`` is readable, but another process's ``environ``, memory, root and
     working directory are refused to an ordinary user by the kernel's ptrace scoping
     (``docs/security.md`` has the details, root included).
     """
-    return _SYSTEM_READ_PATHS
+    resolv = os.path.realpath("/etc/resolv.conf")
+    covered = any(resolv.startswith(path + "/") for path in _SYSTEM_READ_PATHS)
+    return _SYSTEM_READ_PATHS if covered else (*_SYSTEM_READ_PATHS, resolv)
 
 
 def landlock_abi() -> int:
@@ -112,7 +119,8 @@ class EffectiveConfinement(BaseModel):
             grants it); empty when nothing is enforced.
         read: The read+execute paths (system paths included when the policy lists them).
         write: The read+write+execute paths.
-        devices: The device files every confined tree gets (:data:`DEVICE_PATHS`).
+        devices: The device files the tree gets (:data:`DEVICE_PATHS`, and
+            :data:`PTY_PATHS` with ``pseudo_terminals``).
         missing: Policy paths that do not exist now (skipped when applied).
         tcp: Whether TCP bind and connect are filtered by port (ABI 4 and the policy).
         connect_ports: The TCP ports the tree may connect to, when ``tcp``.
@@ -166,6 +174,10 @@ class Confinement(BaseModel):
             every other bind is refused.
         restrict_tcp: ``False`` leaves TCP unfiltered (the ports above are then
             ignored).
+        pseudo_terminals: Let the tree open pseudo-terminals (``/dev/ptmx`` and
+            ``/dev/pts``, with terminal ioctls), for a product that runs commands in a
+            pty. Off by default: a rule cannot tell the tree's own ptys from the user's
+            other terminals under ``/dev/pts``, which it could then read and write.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -176,13 +188,14 @@ class Confinement(BaseModel):
     connect_ports: tuple[int, ...] = ()
     bind_ports: tuple[int, ...] = ()
     restrict_tcp: bool = True
+    pseudo_terminals: bool = False
 
     @field_validator("read", "write", mode="before")
     @classmethod
     def _coerce_paths(cls, value: Any) -> Any:
         if isinstance(value, (str, os.PathLike)):
             raise ValueError("expected a sequence of absolute paths, not a single path")
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, (list, tuple, set, frozenset)):
             return tuple(
                 os.fspath(item) if isinstance(item, os.PathLike) else item for item in value
             )
@@ -229,7 +242,8 @@ class Confinement(BaseModel):
             fs_rights=_fs_names(_landlock.handled_fs(version)) if enforced else (),
             read=self.read,
             write=self.write,
-            devices=tuple(path for path, _kind in DEVICE_PATHS),
+            devices=tuple(path for path, _kind in DEVICE_PATHS)
+            + (PTY_PATHS if self.pseudo_terminals else ()),
             missing=tuple(p for p in (*self.read, *self.write) if not os.path.exists(p)),
             tcp=tcp,
             connect_ports=self.connect_ports if tcp else (),
@@ -246,33 +260,41 @@ def kernel_policy(confinement: Confinement, abi: int) -> _landlock.Policy:
     rules: list[tuple[bytes, int]] = [(os.fsencode(p), _landlock.READ) for p in confinement.read]
     rules += [(os.fsencode(p), _landlock.WRITE) for p in confinement.write]
     for path, kind in DEVICE_PATHS:
-        if kind == "read":
-            access = _landlock.DEVICE_READ
-        elif path == "/dev/pts":
-            access = _landlock.DEVICE_DIR_RW
-        else:
-            access = _landlock.DEVICE_RW
+        access = _landlock.DEVICE_READ if kind == "read" else _landlock.DEVICE_RW
         rules.append((os.fsencode(path), access))
+    if confinement.pseudo_terminals:
+        rules += [(os.fsencode(path), _landlock.DEVICE_DIR_RW) for path in PTY_PATHS]
     ports = [(port, _landlock.NET_CONNECT_TCP) for port in confinement.connect_ports]
     ports += [(port, _landlock.NET_BIND_TCP) for port in confinement.bind_ports]
     return (fs, net, _landlock.scoped(abi), rules, ports if net else [])
 
 
 _warned_unavailable = False
+_warned_partial = False
 
 
 def resolve(confinement: Confinement | None) -> _landlock.Policy | None:
     """The kernel policy a spawn must apply, or ``None`` to run unconfined.
 
+    Where the kernel's ABI is older than 6, what it cannot enforce (TCP ports before 4,
+    signal and abstract socket scoping before 6) is logged once per process, in every
+    mode: ``required`` asks for Landlock, not for a given ABI.
+
     Raises:
         ConfinementUnavailableError: ``mode="required"`` and the kernel offers no
             Landlock; nothing was started.
     """
-    global _warned_unavailable
+    global _warned_unavailable, _warned_partial
     if confinement is None or confinement.mode == "off":
         return None
     abi = landlock_abi()
     if abi > 0:
+        if abi < 6 and not _warned_partial:
+            _warned_partial = True
+            missing = [n for n in confinement.effective(abi).not_enforced if n != "udp"]
+            _log.warning(
+                "confinement: Landlock ABI %d here does not enforce: %s", abi, ", ".join(missing)
+            )
         return kernel_policy(confinement, abi)
     if confinement.mode == "required":
         raise ConfinementUnavailableError()

@@ -107,6 +107,7 @@ class ManagedProcess(anyio.abc.AsyncResource):
         self._resources_closed = False
         self._spawn_errno: int | None = None
         self._confine_errno: int | None = None  # the kernel refused the confinement
+        self._confined = False  # set by spawn() once a policy was applied
         _hostexit.register(self)
 
     @staticmethod
@@ -132,6 +133,15 @@ class ManagedProcess(anyio.abc.AsyncResource):
     def guarded(self) -> bool:
         """Whether the product runs under the host-death guard."""
         return self._guarded
+
+    @property
+    def confined(self) -> bool:
+        """Whether the product's tree runs under a Landlock ruleset (applied before it ran).
+
+        ``False`` for a spec without confinement, with ``mode="off"``, and for
+        ``mode="auto"`` where the kernel offers no Landlock.
+        """
+        return self._confined
 
     @property
     def stdin(self) -> anyio.abc.ByteSendStream | None:
