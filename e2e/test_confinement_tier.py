@@ -5,15 +5,15 @@ reply asks the product's shell tool to read a key planted outside the cwd, write
 outside it, connect to a local port that is not the model, and read every process's
 ``/proc/<pid>/environ`` (a host-side process holds a planted variable the product's own
 environment never had). Confined (``required``: the tier fails rather than fall back),
-the first three are refused, the delegation completes, no process is left and the
-planted key reaches no model request. The same task with confinement ``off`` shows each
-attempt succeed, so the assertions can fail. The host environ is refused to an ordinary
-user only: as root it stays readable (pinned below; docs/security.md, "Threat model").
+all four are refused, the delegation completes, no process is left and the
+planted texts reach no model request (as root too: dsh-subprocess drops the capabilities
+that would let a root product read another domain's ``environ``). The same task with
+confinement ``off`` shows each attempt succeed, so the assertions can fail
+(docs/security.md, "Threat model").
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import threading
@@ -222,6 +222,7 @@ async def test_confined_product_is_refused_every_reach_and_completes(
     assert result.stop_reason == COMPLETED, result.diagnostic
     assert "ATTEMPTS-42" in bodies, "the scripted command never ran"
     assert KEY_TEXT not in bodies
+    assert HOST_SECRET not in bodies
     assert "CONNECTED-OK" not in bodies
     assert not attack.written.exists()
     assert not attack.listener.connected.is_set()
@@ -242,14 +243,25 @@ async def test_the_same_task_unconfined_reaches_everything(
     assert {p.pid for p in host_descendants()} - attack.host.tree_pids() == set()
 
 
-@pytest.mark.xfail(
-    os.geteuid() == 0,
-    strict=True,
-    reason="as root, Landlock (kernel 6.18, ABI 7) does not stop reading another root "
-    "process's /proc/<pid>/environ; an ordinary user is refused (docs/security.md)",
-)
-async def test_confined_product_reads_no_host_environ(tmp_path: Path, attack: Attack) -> None:
-    result, bodies = await _codex(tmp_path, attack, True)
+async def test_confined_codex_commands_run_in_the_kernel_sandbox(tmp_path: Path) -> None:
+    # Codex's own sandbox (bubblewrap) cannot start inside a Landlock domain, so a confined
+    # thread runs commands without it and the kernel policy is the sandbox: in never mode
+    # under the default read-only sandbox_mode the cwd is read, not written, and a tty
+    # command gets its pseudo-terminal.
+    command = "cat seen.txt; tty; echo WRITTEN > new.txt; echo DONE-$((6 * 7))"
+    call = FunctionCall((("exec_command", {"cmd": command, "tty": True}),), call_id="call_ro")
+    with ResponsesFixture([call, PlainAnswer(ANSWER)]) as fixture:
+        env = codex_keyless_env(tmp_path / "root")
+        write_codex_config(env["CODEX_HOME"], fixture.base_url)
+        workspace = tmp_path / "root" / "workspace"
+        workspace.mkdir()
+        (workspace / "seen.txt").write_text("READABLE-IN-CWD\n", encoding="utf-8")
+        provider = CodexProvider(CodexConfig(env=env, permission_mode="never"))
+        result = await delegate(provider, TASK, cwd=workspace)
+        bodies = _bodies(fixture.requests)
     assert result.stop_reason == COMPLETED, result.diagnostic
-    assert "ATTEMPTS-42" in bodies, "the scripted command never ran"
-    assert HOST_SECRET not in bodies
+    assert "DONE-42" in bodies
+    assert "READABLE-IN-CWD" in bodies
+    assert "/dev/pts/" in bodies
+    assert not (workspace / "new.txt").exists()
+    assert host_descendants() == []

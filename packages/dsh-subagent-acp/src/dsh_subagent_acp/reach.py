@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dsh_subagent import ProductReach, default_reach, program_install, toml_endpoint_ports
 from dsh_subprocess import child_env
 
-__all__ = ["DEFAULT_AGENT_PORT", "KNOWN_HOMES", "agent_reach"]
+__all__ = ["DEFAULT_AGENT_PORT", "KNOWN_HOMES", "PTY_AGENTS", "agent_reach"]
 
 DEFAULT_AGENT_PORT = 443
 """The port allowed when nothing in the configuration names an endpoint: HTTPS, where
@@ -22,6 +22,9 @@ KNOWN_HOMES: Mapping[str, tuple[str, str]] = {
 }
 """A known agent (by a word in its command's name): the variable naming its home and
 the home's default name under ``$HOME``. The home is written (sessions, logs)."""
+
+PTY_AGENTS: tuple[str, ...] = ("codex",)
+"""Known agents (by a word in the command's name) that run commands on a pseudo-terminal."""
 
 _RUNTIMES = ("node", "bun", "deno", "python3", "python")
 
@@ -47,7 +50,8 @@ def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductRe
     """The agent's installation (its command's directory and package, resolved through
     symlinks), the runtime a script's ``#!`` line names, its home when it is a known
     agent, and the ports of ``*_BASE_URL`` variables and of a Codex home's
-    ``config.toml`` (443 when none is named)."""
+    ``config.toml`` (443 when none is named); pseudo-terminals for a known agent that runs
+    commands on one."""
     base = default_reach(argv, env)
     child = child_env(env)
     search = child.get("PATH")
@@ -72,4 +76,5 @@ def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductRe
         read=tuple(read),
         write=tuple(write),
         connect_ports=tuple(sorted(ports or {DEFAULT_AGENT_PORT})),
+        pseudo_terminals=any(word in command for word in PTY_AGENTS),
     )

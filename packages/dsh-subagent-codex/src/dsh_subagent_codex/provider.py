@@ -131,8 +131,9 @@ class CodexProvider(ProductProvider[CodexConfig]):
         self, launch: Launch, env: Mapping[str, str | None], cwd: str
     ) -> ProductReach:
         """The pinned wheel's binary directory (read), the effective ``CODEX_HOME``
-        (written: sessions, logs, its sqlite state) and the ports of the model providers
-        its ``config.toml`` names (443 when it selects the built-in OpenAI provider).
+        (written: sessions, logs, its sqlite state), the ports of the model providers its
+        ``config.toml`` names (443 when it selects the built-in OpenAI provider) and the
+        pseudo-terminals it runs ``tty`` commands on.
 
         Confined, the kernel policy is Codex's command sandbox (see :meth:`open`), so the
         cwd is writable exactly when Codex's own sandbox would let commands write it: not
@@ -148,6 +149,7 @@ class CodexProvider(ProductProvider[CodexConfig]):
             write=(home,),
             connect_ports=tuple(sorted({*base.connect_ports, *codex_endpoint_ports(home)})),
             cwd_writable=sandbox != "read-only",
+            pseudo_terminals=True,  # exec_command with tty: true runs on a pty
         )
 
     def admission(self, cwd: str) -> contextlib.AbstractAsyncContextManager[FirstStartPass]:

@@ -129,12 +129,15 @@ class ProductReach:
         connect_ports: The ports of the model endpoint(s) its configuration names.
         cwd_writable: Whether the run may write its cwd (read only otherwise: a product
             whose own read-only sandbox the kernel policy stands in for).
+        pseudo_terminals: Whether the product runs commands on a pseudo-terminal (it then
+            gets ``/dev/ptmx`` and ``/dev/pts``; see docs/security.md).
     """
 
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     connect_ports: tuple[int, ...] = field(default_factory=tuple)
     cwd_writable: bool = True
+    pseudo_terminals: bool = False
 
 
 def _unique(paths: Iterable[str]) -> tuple[str, ...]:
@@ -177,7 +180,13 @@ def run_policy(
     seen = [] if reach.cwd_writable else own
     read = _unique([*system_read_paths(), *reach.read, *seen, *git_read, *setting.read])
     ports = tuple(sorted({*reach.connect_ports, *setting.connect_ports}))
-    return Confinement(mode=setting.mode, read=read, write=write, connect_ports=ports)
+    return Confinement(
+        mode=setting.mode,
+        read=read,
+        write=write,
+        connect_ports=ports,
+        pseudo_terminals=reach.pseudo_terminals,
+    )
 
 
 def default_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductReach:
