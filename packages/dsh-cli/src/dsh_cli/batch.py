@@ -53,6 +53,7 @@ from dsh_subagent import (
 
 from dsh_cli.batch_checks import check_base, check_out_path, check_task_cwds
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, TaskList, read_tasks
+from dsh_cli.confinement import add_confinement_flag, announce_confinement
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import ProfileError, UsageError
 from dsh_cli.isolation import (
@@ -120,9 +121,14 @@ def _mentions(value: Any) -> bool:
 
 
 def load_batch_profile(
-    path: str | Path, files: str | None, *, discovery: ProviderDiscovery | None = None
+    path: str | Path,
+    files: str | None,
+    *,
+    discovery: ProviderDiscovery | None = None,
+    confinement: str | None = None,
 ) -> Composition:
-    """Read and compose a profile, replacing ``${DSH_FILES}`` in every string with ``files``.
+    """Read and compose a profile, replacing ``${DSH_FILES}`` in every string with ``files``
+    (``confinement``: the ``--confinement`` override, see :func:`~dsh_cli.compose`).
 
     Raises:
         ProfileError: the profile is invalid, or it uses ``${DSH_FILES}`` without ``files``.
@@ -132,9 +138,17 @@ def load_batch_profile(
     if files is None:
         if _mentions(raw):
             raise ProfileError(source, [f"the profile uses {FILES_PLACEHOLDER}: pass --files DIR"])
-        return compose(parse_profile(raw, source), source=source, discovery=discovery)
+        return compose(
+            parse_profile(raw, source),
+            source=source,
+            discovery=discovery,
+            confinement=confinement,
+        )
     return compose(
-        parse_profile(_substitute(raw, files), source), source=source, discovery=discovery
+        parse_profile(_substitute(raw, files), source),
+        source=source,
+        discovery=discovery,
+        confinement=confinement,
     )
 
 
@@ -339,6 +353,7 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     add_budget_flags(batch, scope="per task")
     add_worktree_flags(batch, scope="each task", warm="the concurrency")
+    add_confinement_flag(batch)
     batch.add_argument(
         "--ray",
         nargs="?",
@@ -385,8 +400,12 @@ def cmd_batch(
     budget = budget_from(args)
     check_out_path(args.out, args.tasks, args.profile)
     task_list = read_tasks(args.tasks)
-    composition = load_batch_profile(args.profile, files, discovery=discovery)
+    composition = load_batch_profile(
+        args.profile, files, discovery=discovery, confinement=args.confinement
+    )
     provider = resolve_target(composition, args.target, args.instance)
+    if args.ray is None:  # with --ray each node decides for itself, at each task's start
+        announce_confinement([composition.provider(provider).provider], err)
     # With --ray the settings travel to the actors, which isolate on their nodes; the
     # flags are checked here either way.
     worktree = worktree_from_flags(composition, provider, args) if args.ray is not None else None
@@ -420,6 +439,7 @@ def cmd_batch(
                 results=results,
                 err=err,
                 worktree=worktree,
+                confinement=args.confinement,
             )
         else:
             assert base is not None

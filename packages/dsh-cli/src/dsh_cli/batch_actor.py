@@ -105,6 +105,7 @@ class BatchActor:
         base_cwd: Base directory of relative task cwds (default: the unpacked bundle).
         budget_json: The per-task budget as JSON, or ``None``.
         worktree_json: ``--worktree`` settings as JSON (over the profile's own), or ``None``.
+        confinement: ``--confinement`` (over the profile's modes), or ``None``.
     """
 
     _service: SubagentService
@@ -120,6 +121,7 @@ class BatchActor:
         base_cwd: str | None,
         budget_json: str | None,
         worktree_json: str | None = None,
+        confinement: str | None = None,
     ) -> None:
         protect_ray_actor_process()  # before the profile's secrets are read
         self._bundle = os.getcwd()
@@ -133,7 +135,9 @@ class BatchActor:
         self._gate = _NodeFirstStartAlone(self._bundle)
         self._stack = contextlib.ExitStack()
         try:
-            composition = load_batch_profile(Path(self._bundle, BUNDLE_PROFILE), self._bundle)
+            composition = load_batch_profile(
+                Path(self._bundle, BUNDLE_PROFILE), self._bundle, confinement=confinement
+            )
             if worktree_json is not None:
                 composition = isolate(
                     composition, provider, Worktree.model_validate_json(worktree_json)

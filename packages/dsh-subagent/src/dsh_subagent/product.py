@@ -41,7 +41,7 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar, Generic, NoReturn, TypeVar
 
 import anyio
@@ -49,6 +49,13 @@ from dsh_subprocess import ManagedProcess, SpawnError, SpawnSpec, StderrObserver
 
 from dsh_subagent.budget import BudgetClock, EffectiveBudget
 from dsh_subagent.config_fields import ProductConfig
+from dsh_subagent.confinement import (
+    ProductReach,
+    RunScratch,
+    check_confinement,
+    default_reach,
+    run_policy,
+)
 from dsh_subagent.continuation import (
     CONTINUATION_UNAVAILABLE_CATEGORY,
     CONTINUATION_UNAVAILABLE_MESSAGE,
@@ -75,7 +82,7 @@ from dsh_subagent.observe import report_stage
 from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild, failure_of
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
-from dsh_subagent.publication import publish_run
+from dsh_subagent.publication import Once, RunState, publish_run
 from dsh_subagent.task import one_shot_task_texts
 from dsh_subagent.types import (
     COMPLETED,
@@ -104,24 +111,6 @@ def _slug(product: str) -> str:
 
 class _Cancelled(Exception):
     """Local marker: the request's cancel signal fired during startup."""
-
-
-class _Once:
-    """An async action run at most once; later callers wait for the first run."""
-
-    def __init__(self, action: Callable[[], Awaitable[None]]) -> None:
-        self._action = action
-        self._done: anyio.Event | None = None
-
-    async def __call__(self) -> None:
-        if self._done is not None:
-            await self._done.wait()
-            return
-        self._done = anyio.Event()
-        try:
-            await self._action()
-        finally:
-            self._done.set()
 
 
 class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
@@ -219,6 +208,18 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         """Start ``spec`` (a seam for tests; the default is :func:`dsh_subprocess.spawn`)."""
         return await spawn(spec, stderr_observer=stderr_observer)
 
+    def confinement_reach(
+        self, launch: Launch, env: Mapping[str, str | None], cwd: str
+    ) -> ProductReach:
+        """What the product needs beyond the system when confined (docs/security.md).
+
+        ``env`` is the run's overlay (``launch.env`` under the instance's ``env``). No I/O
+        beyond reading the product's configuration. The
+        default: the launched program's installation and the ports of the overlay's
+        ``*_BASE_URL`` variables. A provider adds its product's home and endpoints.
+        """
+        return default_reach(launch.argv, env)
+
     @property
     def eof_grace(self) -> float:
         """Seconds the product's tree may take to exit by itself after stdin is closed.
@@ -306,6 +307,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         texts = one_shot_task_texts(self.prefix, request.prompt)
         self._check_task_length(texts)
         cwd = self._resolve_cwd(request)
+        check_confinement(self.prefix, self.config.confinement)
         resume = session_to_continue(
             request.resume,
             offers=self.offers_continuation,
@@ -314,23 +316,39 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             has_session=lambda session: self.has_session(session, cwd),
         )
         report_stage("launch")
+        scratch = RunScratch(None)
         try:
             launch = self.launch(cwd) if resume is None else self.launch_continuation(cwd, resume)
+            env = {**launch.env, **self.config.env}
+            scratch = RunScratch.make(self.config.confinement, env)
+            env.update(scratch.env)
             spec = SpawnSpec(
                 argv=tuple(launch.argv),
                 cwd=cwd,
-                env={**launch.env, **self.config.env},
+                env=env,
                 stdin="pipe",
                 stdout="pipe",
                 stderr="pipe",
                 grace=self.config.dispose_grace,
+                confinement=run_policy(
+                    self.config.confinement,
+                    self.confinement_reach(launch, env, cwd),
+                    cwd=cwd,
+                    env=env,
+                ),
             )
         except Exception as exc:
+            scratch.remove()
             raise ProductStartError(
                 self._line(ProductFailure(self.product, "launch", "unknown"))
             ) from exc
         run_id = str(uuid.uuid4())
-        child = await self._start_child(request, spec, cwd, run_id, texts, clock, resume)
+        try:
+            child = await self._start_child(request, spec, cwd, run_id, texts, clock, resume)
+        except BaseException:
+            scratch.remove()  # the rollback ended the whole tree
+            raise
+        child.scratch = scratch
         return self._publish(request, child, clock)
 
     def _check_task_length(self, texts: list[str]) -> None:
@@ -474,7 +492,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     def _publish(
         self, request: ResolvedSubagentStartRequest, child: ProductChild, clock: BudgetClock
     ) -> SubagentRun:
-        state = _RunState()
+        state = RunState()
 
         async def attempt() -> SubagentResult:
             child.stage = self.run_stage
@@ -527,7 +545,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                 diagnostic(),
             )
 
-        interrupt = _Once(lambda: self._interrupt_bounded(child))
+        interrupt = Once(lambda: self._interrupt_bounded(child))
 
         async def teardown() -> None:
             if not state.finished:
@@ -582,13 +600,6 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                     except Exception:  # terminate() below still ends the tree
                         _log.debug("%s: waiting for an exit on EOF failed", self.prefix)
             await child.process.terminate()
+            child.scratch.remove()  # nothing of the tree is alive to use it
         finally:
             child.process.detach_stderr_observer()
-
-
-class _RunState:
-    __slots__ = ("failure", "finished")
-
-    def __init__(self) -> None:
-        self.failure: tuple[ProductFailure, str | None] | None = None
-        self.finished = False
