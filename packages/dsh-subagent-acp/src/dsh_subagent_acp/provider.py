@@ -47,6 +47,7 @@ class AcpProvider(ProductProvider[AcpConfig]):
     Config: ClassVar[type[AcpConfig]] = AcpConfig
     product: ClassVar[str] = "ACP"
     open_stage: ClassVar[str] = "initialize"
+    offers_ready_starts: ClassVar[bool] = True
     run_stage: ClassVar[str] = "prompt"
     max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
     # Not JSON fails the run (``malformed-frame``): the library would skip it silently.

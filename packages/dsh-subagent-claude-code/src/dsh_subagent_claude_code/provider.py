@@ -200,6 +200,7 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
     Config: ClassVar[type[ClaudeCodeConfig]] = ClaudeCodeConfig
     product: ClassVar[str] = PRODUCT
     open_stage: ClassVar[str] = "query-start"
+    offers_ready_starts: ClassVar[bool] = True
     run_stage: ClassVar[str] = "query-run"
     max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
     # The malformed-line policy is the SDK's and lives in the transport, which reads

@@ -112,6 +112,7 @@ class CodexProvider(ProductProvider[CodexConfig]):
     Config: ClassVar[type[CodexConfig]] = CodexConfig
     product: ClassVar[str] = PRODUCT
     open_stage: ClassVar[str] = "initialize"
+    offers_ready_starts: ClassVar[bool] = True
     run_stage: ClassVar[str] = "turn-start"
     max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
     max_task_chars: ClassVar[int | None] = MAX_TASK_CHARS

@@ -133,6 +133,10 @@ class ProductConfig(BaseModel):
             (``auto`` by default) and the paths and ports this instance adds to what the
             provider computes (see :class:`~dsh_subagent.ConfinementSetting` and
             docs/security.md).
+        warm: How many products the service keeps started and past their handshake
+            for this instance's next delegations (``0``, the default: none; at most
+            64). Each serves exactly one delegation (docs/harness.md,
+            "Ready products"); ignored by a provider whose handshake depends on the task.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -147,6 +151,7 @@ class ProductConfig(BaseModel):
         default=DEFAULT_RESPONSE_TIMEOUT, gt=0, allow_inf_nan=False
     )
     confinement: ConfinementSetting = ConfinementSetting()
+    warm: int = Field(default=0, ge=0, le=64, strict=True)
 
     @field_validator("*", mode="after")
     @classmethod

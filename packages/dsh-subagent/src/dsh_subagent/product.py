@@ -57,16 +57,12 @@ from dsh_subagent.confinement import (
     run_policy,
 )
 from dsh_subagent.continuation import (
-    CONTINUATION_UNAVAILABLE_CATEGORY,
-    CONTINUATION_UNAVAILABLE_MESSAGE,
-    CONTINUATION_UNSUPPORTED_CATEGORY,
     ContinuationHandle,
     handle_for,
     session_to_continue,
 )
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
 from dsh_subagent.errors import (
-    ContinuationUnavailableError,
     ProductFailureError,
     ProductStartError,
     ProductTeardownError,
@@ -80,9 +76,11 @@ from dsh_subagent.lines import (
 )
 from dsh_subagent.observe import report_stage
 from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild, failure_of
+from dsh_subagent.product_rollback import Cancelled, roll_back
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
 from dsh_subagent.publication import Once, RunState, publish_run
+from dsh_subagent.ready import claim_ready, publish_claimed
 from dsh_subagent.task import one_shot_task_texts
 from dsh_subagent.types import (
     COMPLETED,
@@ -107,10 +105,6 @@ _log = logging.getLogger("dsh_subagent")
 
 def _slug(product: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", product.lower()).strip("-")
-
-
-class _Cancelled(Exception):
-    """Local marker: the request's cancel signal fired during startup."""
 
 
 class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
@@ -151,6 +145,10 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     """Seconds stdout is still read after the product exited while something else (a
     ``setsid`` tool process) holds it open; what the product wrote is in the pipe by then."""
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
+    offers_ready_starts: ClassVar[bool] = False
+    """``True`` when :meth:`launch` and :meth:`open` depend only on the cwd and this
+    configuration, never on the task: a product can then be started and opened before
+    its task arrives (the configuration's ``warm``; :mod:`dsh_subagent.ready`)."""
     max_task_chars: ClassVar[int | None] = None
     """The product's input limit: the most characters (Unicode code points) its task may
     have, all text blocks together. A longer task is refused before anything starts
@@ -316,6 +314,22 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             has_session=lambda session: self.has_session(session, cwd),
         )
         report_stage("launch")
+        if resume is None:
+            claimed = claim_ready(self, (cwd, request.progress_commands))
+            if claimed is not None:
+                return await publish_claimed(self, request, claimed, texts, clock)
+        spec, scratch = self._spawn_spec(cwd, resume)
+        run_id = str(uuid.uuid4())
+        try:
+            child = await self._start_child(request, spec, cwd, run_id, texts, clock, resume)
+        except BaseException:
+            scratch.remove()  # the rollback ended the whole tree
+            raise
+        child.scratch = scratch
+        return self._publish(request, child, clock)
+
+    def _spawn_spec(self, cwd: str, resume: str | None) -> tuple[SpawnSpec, RunScratch]:
+        """The spawn of one product tree in ``cwd`` (a cold start's and a ready one's)."""
         scratch = RunScratch(None)
         try:
             launch = self.launch(cwd) if resume is None else self.launch_continuation(cwd, resume)
@@ -342,14 +356,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
             raise ProductStartError(
                 self._line(ProductFailure(self.product, "launch", "unknown"))
             ) from exc
-        run_id = str(uuid.uuid4())
-        try:
-            child = await self._start_child(request, spec, cwd, run_id, texts, clock, resume)
-        except BaseException:
-            scratch.remove()  # the rollback ended the whole tree
-            raise
-        child.scratch = scratch
-        return self._publish(request, child, clock)
+        return spec, scratch
 
     def _check_task_length(self, texts: list[str]) -> None:
         limit = self.max_task_chars
@@ -400,26 +407,12 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                     if manager is not None:
                         admission = await gate.enter_async_context(manager)
                     if request.cancel.aborted:
-                        raise _Cancelled
+                        raise Cancelled
                     report_stage("spawn")
                     with anyio.CancelScope(shield=True):  # a spawn is quick and atomic
                         process = await self._spawn(spec, run_id)
-                    child = ProductChild(
-                        product=self.product,
-                        process=process,
-                        cwd=cwd,
-                        run_id=run_id,
-                        task_texts=texts,
-                        stage=self.open_stage,
-                        grace=self.config.dispose_grace,
-                        exit_drain=self.exit_drain,
-                        max_line_bytes=self.max_line_bytes,
-                        malformed=self.malformed_lines,
-                        admission=admission,
-                        progress=ProgressStream(),
-                        include_commands=request.progress_commands,
-                        resume=resume,
-                        response_timeout=self.config.response_timeout_seconds,
+                    child = self._new_child(
+                        process, cwd, run_id, texts, admission, request.progress_commands, resume
                     )
                     clock.attach(child.lines)
                     report_stage(self.open_stage)
@@ -428,7 +421,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                     stage = child.stage if child is not None else "spawn"
                     raise ProductFailureError(ProductFailure(self.product, stage, clock.expired()))
                 if startup.cancelled_caught or request.cancel.aborted:
-                    raise _Cancelled
+                    raise Cancelled
             except BaseException as exc:
                 await self._roll_back(child, exc, request)
         finally:
@@ -437,6 +430,34 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
                 await gate.aclose()
         assert child is not None
         return child
+
+    def _new_child(
+        self,
+        process: ManagedProcess,
+        cwd: str,
+        run_id: str,
+        texts: list[str],
+        admission: object,
+        include_commands: bool,
+        resume: str | None,
+    ) -> ProductChild:
+        return ProductChild(
+            product=self.product,
+            process=process,
+            cwd=cwd,
+            run_id=run_id,
+            task_texts=texts,
+            stage=self.open_stage,
+            grace=self.config.dispose_grace,
+            exit_drain=self.exit_drain,
+            max_line_bytes=self.max_line_bytes,
+            malformed=self.malformed_lines,
+            admission=admission,
+            progress=ProgressStream(),
+            include_commands=include_commands,
+            resume=resume,
+            response_timeout=self.config.response_timeout_seconds,
+        )
 
     async def _spawn(self, spec: SpawnSpec, run_id: str) -> ManagedProcess:
         try:
@@ -451,41 +472,7 @@ class ProductProvider(OutOfProcessProvider[ConfigT], Generic[ConfigT]):
         error: BaseException,
         request: ResolvedSubagentStartRequest,
     ) -> NoReturn:
-        cancelled = isinstance(error, _Cancelled) or (
-            isinstance(error, Exception) and request.cancel.aborted
-        )
-        with anyio.CancelScope(shield=True):
-            line = None
-            if isinstance(error, Exception) and not cancelled:
-                failure, detail = await failure_of(self.product, child, error, publishing=False)
-                line = self._line(failure, detail)
-            if child is not None:
-                try:
-                    await self._release(child)
-                except Exception as teardown_exc:
-                    teardown = self._teardown_line(child)
-                    first = self._cancelled_message() if cancelled or line is None else line
-                    kind = StartCancelledError if cancelled else ProductStartError
-                    raise kind(f"{first}; {teardown}", rollback_failed=True) from (
-                        BaseExceptionGroup("startup and rollback failed", [error, teardown_exc])
-                    )
-        if not isinstance(error, Exception):
-            raise error  # the caller's own cancellation propagates after the rollback
-        if cancelled:
-            raise StartCancelledError(self._cancelled_message()) from error
-        if (
-            isinstance(error, ProductFailureError)
-            and error.failure.category == CONTINUATION_UNAVAILABLE_CATEGORY
-        ):
-            raise ContinuationUnavailableError(CONTINUATION_UNAVAILABLE_MESSAGE) from error
-        assert line is not None
-        if (
-            isinstance(error, ProductFailureError)
-            and error.failure.category == CONTINUATION_UNSUPPORTED_CATEGORY
-        ):
-            code = SubagentErrorCode.UNSUPPORTED_CAPABILITY
-            raise ProductStartError(line, code=code) from error
-        raise ProductStartError(line) from error
+        await roll_back(self, child, error, request)
 
     # -- the published run --------------------------------------------------------------
 
