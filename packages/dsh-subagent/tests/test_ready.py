@@ -94,8 +94,9 @@ async def test_a_ready_product_serves_one_delegation_like_a_cold_one(
     second_pid = pool.idle[0].process.pid
     assert second_pid != ready_pid
     await _answer(service, "answer again", tmp_path)
+    assert await pool.wait_ready()
     pids = [process.pid for process in provider.spawned]
-    assert len(pids) == len(set(pids)) == 3  # two served, one ready; none reused
+    assert len(pids) == len(set(pids)) == 3, pids  # two served, one ready; none reused
     assert pool.stats.claimed == 2
 
 
