@@ -66,6 +66,7 @@ from dsh_cli.loader import Composition, compose
 from dsh_cli.options import add_budget_flags, budget_from, resolve_target
 from dsh_cli.profile import parse_profile, read_profile
 from dsh_cli.runtime import open_runtime
+from dsh_cli.warm import BATCH_WARM_MAX, SERVER_WARM, Warm, add_warm_flag, batch_warm
 
 __all__ = [
     "FILES_PLACEHOLDER",
@@ -126,9 +127,11 @@ def load_batch_profile(
     *,
     discovery: ProviderDiscovery | None = None,
     confinement: str | None = None,
+    warm: Warm | None = None,
 ) -> Composition:
     """Read and compose a profile, replacing ``${DSH_FILES}`` in every string with ``files``
-    (``confinement``: the ``--confinement`` override, see :func:`~dsh_cli.compose`).
+    (``confinement``: the ``--confinement`` override; ``warm``: ready products, see
+    :func:`~dsh_cli.compose`).
 
     Raises:
         ProfileError: the profile is invalid, or it uses ``${DSH_FILES}`` without ``files``.
@@ -143,12 +146,14 @@ def load_batch_profile(
             source=source,
             discovery=discovery,
             confinement=confinement,
+            warm=warm,
         )
     return compose(
         parse_profile(_substitute(raw, files), source),
         source=source,
         discovery=discovery,
         confinement=confinement,
+        warm=warm,
     )
 
 
@@ -354,6 +359,7 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_budget_flags(batch, scope="per task")
     add_worktree_flags(batch, scope="each task", warm="the concurrency")
     add_confinement_flag(batch)
+    add_warm_flag(batch, f"min(--concurrency, {BATCH_WARM_MAX}); {SERVER_WARM} per Ray actor")
     batch.add_argument(
         "--ray",
         nargs="?",
@@ -401,7 +407,11 @@ def cmd_batch(
     check_out_path(args.out, args.tasks, args.profile)
     task_list = read_tasks(args.tasks)
     composition = load_batch_profile(
-        args.profile, files, discovery=discovery, confinement=args.confinement
+        args.profile,
+        files,
+        discovery=discovery,
+        confinement=args.confinement,
+        warm=batch_warm(args.warm, args.concurrency or default_concurrency()),
     )
     provider = resolve_target(composition, args.target, args.instance)
     if args.ray is None:  # with --ray each node decides for itself, at each task's start
@@ -440,6 +450,7 @@ def cmd_batch(
                 err=err,
                 worktree=worktree,
                 confinement=args.confinement,
+                warm=args.warm,
             )
         else:
             assert base is not None
@@ -567,6 +578,7 @@ async def _run_local(
         async def drive() -> None:
             slots = anyio.Semaphore(plan.concurrency)
             async with open_runtime(composition) as runtime, anyio.create_task_group() as tg:
+                runtime.service.keep_ready(plan.provider, base)  # the tasks' default cwd
                 for task in plan.tasks:
                     await slots.acquire()
                     if cancel.aborted:

@@ -40,6 +40,7 @@ from dsh_cli.isolation import isolate
 from dsh_cli.loader import Composition
 from dsh_cli.protect import protect_ray_actor_process
 from dsh_cli.runtime import open_runtime
+from dsh_cli.warm import SERVER_WARM, warm_from_flag
 
 __all__ = ["BUNDLE_PROFILE", "CANCEL_REASON", "BatchActor"]
 
@@ -122,6 +123,7 @@ class BatchActor:
         budget_json: str | None,
         worktree_json: str | None = None,
         confinement: str | None = None,
+        warm: int | None = None,
     ) -> None:
         protect_ray_actor_process()  # before the profile's secrets are read
         self._bundle = os.getcwd()
@@ -136,7 +138,10 @@ class BatchActor:
         self._stack = contextlib.ExitStack()
         try:
             composition = load_batch_profile(
-                Path(self._bundle, BUNDLE_PROFILE), self._bundle, confinement=confinement
+                Path(self._bundle, BUNDLE_PROFILE),
+                self._bundle,
+                confinement=confinement,
+                warm=warm_from_flag(warm, SERVER_WARM),  # one task at a time per actor
             )
             if worktree_json is not None:
                 composition = isolate(
@@ -191,6 +196,7 @@ class BatchActor:
 async def _hold_runtime(actor: BatchActor, composition: Composition) -> AsyncIterator[None]:
     async with open_runtime(composition) as runtime:
         actor._service = runtime.service
+        runtime.service.keep_ready(actor._provider, actor._base)  # the tasks' default cwd
         yield
 
 

@@ -25,6 +25,7 @@ from dsh_cli.discovery import EntryPointDiscovery, ProviderDiscovery
 from dsh_cli.errors import ProfileError
 from dsh_cli.profile import Profile, ToolRow, describe_validation_error, read_profile
 from dsh_cli.tool_instances import BuiltRow, tool_instances
+from dsh_cli.warm import Warm, apply_warm
 
 __all__ = ["JOB_TOOL_NAMES", "Composition", "LoadedProvider", "compose", "load_profile"]
 
@@ -142,6 +143,7 @@ def compose(
     discovery: ProviderDiscovery | None = None,
     host_env: Mapping[str, str] | None = None,
     confinement: str | None = None,
+    warm: Warm | None = None,
 ) -> Composition:
     """Resolve, validate and construct every provider and check every tool row.
 
@@ -152,6 +154,8 @@ def compose(
         host_env: Where ``pass_env`` names are read; defaults to ``os.environ``.
         confinement: ``--confinement``: every instance's ``confinement.mode``, over the
             profile's (``auto``, ``required`` or ``off``); ``None`` keeps the profile's.
+        warm: The surface's ``warm`` (``--warm``, or its default for rows that set
+            none); ``None`` keeps the profile's.
 
     Raises:
         ProfileError: listing every problem, each naming its row and field.
@@ -198,6 +202,8 @@ def compose(
             if problem is not None:
                 problems.append(f"{_row_label(index, ident)}: {problem}")
                 continue
+        if warm is not None:
+            apply_warm(raw_config, cls.Config, warm)  # type: ignore[attr-defined]
         try:
             config = cls.Config.model_validate(raw_config)  # type: ignore[attr-defined]
         except ValidationError as exc:

@@ -480,7 +480,8 @@ class SubagentService:
 
         Without it the pool learns the cwd from the first delegation (which starts
         cold). Returns whether anything is kept ready (``False`` for an instance with
-        ``warm = 0``, a provider that does not offer ready starts, or an unknown name).
+        ``warm = 0``, a provider that does not offer ready starts, an unknown name or a
+        cwd that is not a usable directory).
 
         Raises:
             RuntimeError: The service is not running.
@@ -493,7 +494,10 @@ class SubagentService:
         if pool is None:
             return False
         assert isinstance(provider, ProductProvider)
-        resolved = resolve_child_cwd(provider.prefix, provider.config.cwd, cwd)
+        try:
+            resolved = resolve_child_cwd(provider.prefix, provider.config.cwd, cwd)
+        except SubagentError:
+            return False  # a delegation there fails with the cwd's own message
         pool.prepare((resolved, progress_commands))
         return True
 
