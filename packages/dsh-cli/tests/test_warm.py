@@ -25,7 +25,7 @@ def _warm_of(rows: list[dict[str, Any]], warm: Warm | None) -> dict[str, int | N
     return out
 
 
-ROWS = [
+ROWS: list[dict[str, Any]] = [
     {"type": "codex", "provider_name": "unset"},
     {"type": "codex", "provider_name": "set", "config": {"warm": 3}},
     {"type": "alpha"},  # no warm field: no ready starts, left alone
