@@ -105,6 +105,7 @@ from dsh_subagent.progress import (
 )
 from dsh_subagent.provider_base import NamedProviderConfig, OutOfProcessProvider
 from dsh_subagent.publication import publish_run
+from dsh_subagent.ready import ReadyPool, ReadyStats
 from dsh_subagent.run_handle import SubprocessRunHandle
 from dsh_subagent.service import (
     MAX_SAFE_INTEGER,
@@ -242,6 +243,8 @@ __all__ = [
     "ProviderAdded",
     "ProviderRemoved",
     "PublishedRun",
+    "ReadyPool",
+    "ReadyStats",
     "ResolvedSubagentStartRequest",
     "RunObservation",
     "RunObserver",
