@@ -115,14 +115,14 @@ CASES = {
         _module("AcmeAgentProvider", prelude="\npytestmark = pytest.mark.skip('later')\n"),
         (),
         1,
-        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 27 of 27 rules "
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 31 of 31 rules "
         "did not run. skipped before it ran: later: kit:no-silent-opt-out, ",
     ),
     "xfail mark on the class hides a leak": Case(
         _module("LeaksRawError", body="    pytestmark = pytest.mark.xfail(reason='flaky')\n"),
         ("-k", "test_no_planted_secret_leaks", _PARTIAL),
         1,
-        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 27 rules "
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 31 rules "
         "did not run. its failure was hidden by an xfail that is not the documented opt-out: "
         "flaky: diagnostic:no-planted-secret",
     ),
@@ -130,7 +130,7 @@ CASES = {
         _module("AcmeAgentProvider"),
         ("-k", "test_completed_run or test_cancel_before_start", _PARTIAL),
         1,
-        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 27 rules "
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 31 rules "
         "did not run. removed from the run by a collection hook: settlement:completed",
         conftest=(
             "def pytest_collection_modifyitems(items):\n"
@@ -141,7 +141,7 @@ CASES = {
         _module("AcmeAgentProvider"),
         ("-k", "test_completed_run"),
         1,
-        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 26 of 27 rules "
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 30 of 31 rules "
         "did not run. deselected (-k, -m or a hook): kit:no-silent-opt-out, ",
     ),
     "dispose hangs inside a shielded scope": Case(

@@ -130,7 +130,7 @@ def test_the_readme_provider_passes_every_rule_of_the_kit(
     # The two opt-in continuation rules are kit skips: this provider declares no continuation.
     assert outcomes.get("skipped", 0) == 2, result.stdout.str()
     assert result.ret == pytest.ExitCode.OK
-    assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 27 rules ran" in (
+    assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 31 rules ran" in (
         result.stdout.lines
     )
 
@@ -147,7 +147,7 @@ def test_the_kit_readme_example_passes_every_rule_of_the_kit(
     # The two opt-in continuation rules are kit skips: this provider declares no continuation.
     assert outcomes.get("skipped", 0) == 2, result.stdout.str()
     assert result.ret == pytest.ExitCode.OK
-    assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 27 rules ran" in (
+    assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 31 rules ran" in (
         result.stdout.lines
     )
 

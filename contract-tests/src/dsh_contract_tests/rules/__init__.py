@@ -2,7 +2,7 @@
 
 Each module holds the test functions of one area (``capability``, ``cwd``, ``env``,
 ``settlement``, ``diagnostic``, ``quiescence``, ``lifecycle``, ``concurrency``,
-``continuation``,
+``continuation``, ``ready``,
 ``loader``, ``credentialed``), each tied to its requirement id with
 :func:`~dsh_contract_tests.requirement`. They are not collected from here: the base
 classes in :mod:`dsh_contract_tests.contract` bind them under their test names, and a
@@ -20,6 +20,7 @@ from dsh_contract_tests.rules import (
     lifecycle,
     loader,
     quiescence,
+    ready,
     settlement,
 )
 
@@ -34,5 +35,6 @@ __all__ = [
     "lifecycle",
     "loader",
     "quiescence",
+    "ready",
     "settlement",
 ]
