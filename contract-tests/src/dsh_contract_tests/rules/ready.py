@@ -21,6 +21,7 @@ import pytest
 from dsh_subagent import (
     COMPLETED,
     ProductProvider,
+    PublishedRun,
     ReadyPool,
     SubagentProvider,
     SubagentResult,
@@ -86,6 +87,7 @@ async def _complete(
     svc = ServiceDriver(service, SpyProvider(provider))
     request, directive, _ = contract.request("complete", cwd=cwd)
     run = await contract.start(svc, request)
+    assert isinstance(run, PublishedRun)  # the service's run carries the progress stream
     kinds: list[str] = []
     try:
         with anyio.move_on_after(contract.bound()):
