@@ -240,3 +240,49 @@ async def test_host_killed_with_ready_products_idle_leaves_no_survivor(
             await host.terminate()
     assert len(reported) >= 2
     assert survivors == []
+
+
+def _guide_block() -> str:
+    """The Python block of docs/harness.md's "Ready products" section."""
+    page = (Path(__file__).parents[1] / "docs" / "harness.md").read_text(encoding="utf-8")
+    section = page.split("## Ready products", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_the_guides_ready_products_block_runs_on_the_real_codex(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from dsh_subagent import delegate
+    from dsh_subagent_codex import CodexConfig, CodexProvider
+
+    def later(call: Any) -> Any:
+        async def after_the_pool_is_ready(subagents: SubagentService, *args: Any, **kw: Any) -> Any:
+            # The block's "Later": the task comes once the product is ready.
+            pool = subagents.ready_pool(kw["provider"])
+            assert pool is not None
+            with anyio.fail_after(DEADLINE):
+                assert await pool.wait_ready()
+            return await call(subagents, *args, **kw)
+
+        return after_the_pool_is_ready
+
+    with _setup("codex", tmp_path) as setup:
+        env = setup.config["env"]
+        namespace: dict[str, Any] = {
+            "SubagentService": SubagentService,
+            "CodexProvider": CodexProvider,
+            # The block's configuration, pointed at the loopback model (the only change).
+            "CodexConfig": lambda **fields: CodexConfig(env=env, **fields),
+            "delegate": later(delegate),
+            "session": SimpleNamespace(workspace=str(setup.workspace)),
+            "task": TASK,
+        }
+        body = "".join(f"    {line}\n" for line in _guide_block().splitlines())
+        exec(f"async def block():\n{body}", namespace)
+        printed: list[str] = []
+        namespace["print"] = lambda *args: printed.append(" ".join(map(str, args)))
+        await namespace["block"]()
+    assert printed
+    assert printed[0].startswith(ANSWER)
+    assert "claimed=1" in printed[0]  # keep_ready made the first delegation a ready one
+    assert host_descendants() == []
