@@ -22,6 +22,7 @@ from dsh_subagent import (
     SubagentService,
 )
 from dsh_subagent.ready import ReadyPool
+from dsh_subprocess import ManagedProcess, SpawnSpec, StderrObserver
 from pydantic import ValidationError
 from subagent_echo import EchoConfig, EchoProvider, request
 
@@ -202,3 +203,34 @@ async def test_closing_during_a_preparation_ends_the_half_prepared_tree(tmp_path
 def test_warm_is_a_small_non_negative_integer(value: object) -> None:
     with pytest.raises(ValidationError, match="warm"):
         EchoConfig.model_validate({"warm": value})
+
+
+async def test_a_ready_product_is_spawned_exactly_as_a_cold_start(tmp_path: Path) -> None:
+    """Same argv, cwd, overlay, confinement policy and host-death guard; only the run's
+    private temporary directory differs (each tree has its own)."""
+    specs: dict[str, SpawnSpec] = {}
+
+    class Recording(ReadyEcho):
+        async def spawn(self, spec: SpawnSpec, stderr_observer: StderrObserver) -> ManagedProcess:
+            specs.setdefault(self.name, spec)
+            return await super().spawn(spec, stderr_observer)
+
+    async with SubagentService() as service:
+        ready = Recording(EchoConfig(warm=1, env={"B": "config"}))
+        cold = Recording(EchoConfig(provider_name="cold", env={"B": "config"}))
+        service.register_provider(ready)
+        service.register_provider(cold)
+        await _ready(service, tmp_path)
+        run = await service.start("cold", request("answer x", str(tmp_path)))
+        await run.result()
+        await run.dispose()
+        assert ready.spawned[0].guarded
+        assert cold.spawned[0].guarded
+
+    def shape(spec: SpawnSpec) -> str:
+        private = str(spec.env["TMPDIR"])
+        assert Path(private).name.startswith("dsh-run-")
+        return spec.model_dump_json().replace(private, "<private tmp>")
+
+    assert shape(specs["echo"]) == shape(specs["cold"])
+    assert specs["echo"].env["B"] == "config"
