@@ -298,7 +298,9 @@ def test_ctrl_c_cancels_every_run_exits_130_leaves_nothing_and_the_batch_resumes
             "the quick task was recorded",
         )
         running = [p for p in _marked(marker) if p.name() == "codex"]
-        assert len(running) == 2, running
+        # The two held runs, and up to min(--concurrency, 4) products kept ready beside
+        # them (docs/harness.md, "Ready products"): the interrupt must end them all.
+        assert 2 <= len(running) <= 2 + 3, running
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
