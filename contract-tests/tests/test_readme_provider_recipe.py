@@ -127,8 +127,9 @@ def test_the_readme_provider_passes_every_rule_of_the_kit(
     assert outcomes.get("failed", 0) == 0, result.stdout.str()
     assert outcomes.get("errors", 0) == 0, result.stdout.str()
     assert outcomes.get("passed", 0) == 33, result.stdout.str()
-    # The two opt-in continuation rules are kit skips: this provider declares no continuation.
-    assert outcomes.get("skipped", 0) == 2, result.stdout.str()
+    # The opt-in rules are kit skips: this provider declares no continuation (two) and
+    # offers no ready starts (four).
+    assert outcomes.get("skipped", 0) == 6, result.stdout.str()
     assert result.ret == pytest.ExitCode.OK
     assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 31 rules ran" in (
         result.stdout.lines
@@ -144,8 +145,9 @@ def test_the_kit_readme_example_passes_every_rule_of_the_kit(
     assert outcomes.get("failed", 0) == 0, result.stdout.str()
     assert outcomes.get("errors", 0) == 0, result.stdout.str()
     assert outcomes.get("passed", 0) == 33, result.stdout.str()
-    # The two opt-in continuation rules are kit skips: this provider declares no continuation.
-    assert outcomes.get("skipped", 0) == 2, result.stdout.str()
+    # The opt-in rules are kit skips: this provider declares no continuation (two) and
+    # offers no ready starts (four).
+    assert outcomes.get("skipped", 0) == 6, result.stdout.str()
     assert result.ret == pytest.ExitCode.OK
     assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 31 rules ran" in (
         result.stdout.lines
@@ -173,5 +175,5 @@ def test_the_readme_distribution_passes_the_kit_from_wheels_in_a_fresh_venv(
     imported, *_, summary = ran.stdout.strip().splitlines()
     # From the project directory, the installed wheel is imported, not src/.
     assert imported.startswith(str(root / ".venv" / "lib")), imported
-    assert re.fullmatch(r"33 passed, 2 skipped in [\d.]+s( \(.*\))?", summary), summary
+    assert re.fullmatch(r"33 passed, 6 skipped in [\d.]+s( \(.*\))?", summary), summary
     assert install_problems(root / ".venv" / "bin" / "python", {"my-provider"}) == []
