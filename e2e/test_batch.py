@@ -298,7 +298,9 @@ def test_ctrl_c_cancels_every_run_exits_130_leaves_nothing_and_the_batch_resumes
             "the quick task was recorded",
         )
         running = [p for p in _marked(marker) if p.name() == "codex"]
-        assert len(running) == 2, running
+        # The two held runs, and up to min(--concurrency, 4) products kept ready beside
+        # them (docs/harness.md, "Ready products"): the interrupt must end them all.
+        assert 2 <= len(running) <= 2 + 3, running
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -335,3 +337,26 @@ def test_ctrl_c_cancels_every_run_exits_130_leaves_nothing_and_the_batch_resumes
     )
     assert [setup.router.count(i) for i in ("quick", "held-a", "held-b")] == [1, 2, 2]
     assert _marked(marker) == []
+
+
+def test_a_batch_keeps_products_ready_by_default_and_leaves_none(
+    setup: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The default (min(--concurrency, 4) ready products for --cwd) against --warm 0: the
+    # same records, one more app-server started per ready product left at the end, and
+    # no process alive after either batch (docs/harness.md, "Ready products").
+    ids = [f"ready-{n}" for n in range(4)]
+    started: dict[str, int] = {}
+    for flags in ((), ("--warm", "0")):
+        setup.out.unlink(missing_ok=True)
+        tasks = setup.tasks(*(task_line(task_id) for task_id in ids))
+        with ProcessWatch() as watch:
+            code = main(_batch(setup, "subagent_codex", tasks, "--concurrency", "1", *flags))
+        err = capsys.readouterr().err
+        assert code == 0, err
+        records = setup.records()
+        assert {i: records[i]["answer"] for i in ids} == {i: answer_for(i) for i in ids}
+        assert watch.alive() == []
+        started[" ".join(flags) or "default"] = sum(p.name == "codex" for p in watch.seen)
+    assert started["--warm 0"] == len(ids)
+    assert started["default"] == len(ids) + 1  # one ready product was never claimed

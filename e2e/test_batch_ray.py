@@ -291,11 +291,16 @@ def test_a_ray_actor_killed_mid_task_leaves_no_product_and_is_failed_or_retried(
             if proc.poll() is not None:
                 pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
             time.sleep(0.05)
-        (codex,) = [seen.process for seen in watch.alive() if seen.name == "codex"]
-        worker = _ancestor_worker(codex)
-        parents = codex.parents()
-        guards = parents[: parents.index(worker)]  # between the worker and the product
-        tree = [codex, *codex.children(recursive=True), *guards]
+        # The task's product and the one the actor keeps ready (docs/harness.md, "Ready
+        # products"): both trees must end with the worker.
+        codexes = [seen.process for seen in watch.alive() if seen.name == "codex"]
+        assert codexes, "no Codex app-server is running the task"
+        worker = _ancestor_worker(codexes[0])
+        tree: list[psutil.Process] = []
+        for codex in codexes:
+            parents = codex.parents()
+            guards = parents[: parents.index(worker)]  # between the worker and the product
+            tree += [codex, *codex.children(recursive=True), *guards]
         worker.send_signal(signal.SIGKILL)
         _, alive = psutil.wait_procs(tree, timeout=60)
         assert alive == [], "the killed worker's product tree survived it"

@@ -96,8 +96,9 @@ def products(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Produc
         )
 
 
-def _snippet_params(products: Products) -> StdioServerParameters:
-    """The Claude Desktop snippet, as a client reads it (``dsh`` resolved to the venv's)."""
+def _snippet_params(products: Products, *extra: str) -> StdioServerParameters:
+    """The Claude Desktop snippet, as a client reads it (``dsh`` resolved to the venv's),
+    with ``extra`` arguments appended."""
     config = json.loads(
         _placeholders(readme_block("json", 0), products.profile, products.workspace)
     )
@@ -106,7 +107,10 @@ def _snippet_params(products: Products) -> StdioServerParameters:
     server = config["mcpServers"]["dsh"]
     assert server["command"] == "dsh"
     return StdioServerParameters(
-        command=str(DSH), args=server["args"], env=products.env, cwd=str(products.root)
+        command=str(DSH),
+        args=[*server["args"], *extra],
+        env=products.env,
+        cwd=str(products.root),
     )
 
 
@@ -198,8 +202,10 @@ async def test_the_readme_snippet_lists_the_tools_and_delegates_to_both_real_pro
         "Read its output with job_output."
     )
     assert _text(collected) == f"{CODEX_ANSWER}\n[status: completed]"
-    # Between calls only the server ran: every product tree was gone when its call returned.
-    assert [argv[1:3] for argv in after_calls] == [(str(DSH), "mcp")]
+    # Between calls only the server ran, and the one product per instance it keeps ready
+    # (docs/harness.md, "Ready products"): every call's tree was gone when it returned.
+    assert [argv[1:3] for argv in after_calls].count((str(DSH), "mcp")) == 1
+    assert len(after_calls) <= 1 + 2, after_calls
     assert {"codex", "claude"} <= {p.name for p in watch.seen}
     assert watch.alive() == []
     (claude_request,) = products.claude_model.message_requests()
@@ -222,7 +228,8 @@ async def test_cancelling_a_real_codex_call_aborts_it_and_its_tree_is_gone(
 
     with ProcessWatch() as watch:
         async with (
-            stdio_client(_snippet_params(products)) as (read, write),
+            # Cold: every Codex alive below is the call's (no product kept ready beside it).
+            stdio_client(_snippet_params(products, "--warm", "0")) as (read, write),
             ClientSession(read, write, logging_callback=on_log) as session,
         ):
             await session.initialize()

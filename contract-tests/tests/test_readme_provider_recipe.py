@@ -129,10 +129,11 @@ def test_the_readme_provider_passes_every_rule_of_the_kit(
     assert outcomes.get("failed", 0) == 0, result.stdout.str()
     assert outcomes.get("errors", 0) == 0, result.stdout.str()
     assert outcomes.get("passed", 0) == 34, result.stdout.str()
-    # The opt-in continuation and output rules are kit skips: this provider declares neither.
-    assert outcomes.get("skipped", 0) == 5, result.stdout.str()
+    # The opt-in rules are kit skips: this provider declares no continuation (two) and no
+    # output_schema (three) and offers no ready starts (four).
+    assert outcomes.get("skipped", 0) == 9, result.stdout.str()
     assert result.ret == pytest.ExitCode.OK
-    assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 31 rules ran" in (
+    assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 35 rules ran" in (
         result.stdout.lines
     )
 
@@ -146,10 +147,11 @@ def test_the_kit_readme_example_passes_every_rule_of_the_kit(
     assert outcomes.get("failed", 0) == 0, result.stdout.str()
     assert outcomes.get("errors", 0) == 0, result.stdout.str()
     assert outcomes.get("passed", 0) == 34, result.stdout.str()
-    # The opt-in continuation and output rules are kit skips: this provider declares neither.
-    assert outcomes.get("skipped", 0) == 5, result.stdout.str()
+    # The opt-in rules are kit skips: this provider declares no continuation (two) and no
+    # output_schema (three) and offers no ready starts (four).
+    assert outcomes.get("skipped", 0) == 9, result.stdout.str()
     assert result.ret == pytest.ExitCode.OK
-    assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 31 rules ran" in (
+    assert "dsh-contract tests/test_contract.py::TestMyProvider: every one of its 35 rules ran" in (
         result.stdout.lines
     )
 
@@ -175,5 +177,5 @@ def test_the_readme_distribution_passes_the_kit_from_wheels_in_a_fresh_venv(
     imported, *_, summary = ran.stdout.strip().splitlines()
     # From the project directory, the installed wheel is imported, not src/.
     assert imported.startswith(str(root / ".venv" / "lib")), imported
-    assert re.fullmatch(r"34 passed, 5 skipped in [\d.]+s( \(.*\))?", summary), summary
+    assert re.fullmatch(r"34 passed, 9 skipped in [\d.]+s( \(.*\))?", summary), summary
     assert install_problems(root / ".venv" / "bin" / "python", {"my-provider"}) == []

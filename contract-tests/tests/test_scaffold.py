@@ -124,13 +124,14 @@ def test_the_unmodified_scaffold_passes_the_kit_from_wheels_in_a_fresh_venv(
     ran = run_bash(commands, cwd=root, env=wheels)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     summary = ran.stdout.strip().splitlines()[-1]
-    # Every keyless and loader rule, once (asyncio): passed, none opted out; only the two
-    # opt-in continuation rules skip (the unmodified scaffold declares no continuation).
+    # Every keyless and loader rule, once (asyncio): passed, none opted out; only the
+    # opt-in rules skip (the unmodified scaffold declares no continuation, two, and no
+    # output_schema, three, and offers no ready starts, four).
     account = (
-        "dsh-contract tests/test_contract.py::TestAcmeAgentContract: every one of its 31 rules ran"
+        "dsh-contract tests/test_contract.py::TestAcmeAgentContract: every one of its 35 rules ran"
     )
     assert account in ran.stdout.splitlines(), ran.stdout  # the line the kit README shows
-    match = re.fullmatch(r"(\d+) passed, 5 skipped in [\d.]+s( \(.*\))?", summary)
+    match = re.fullmatch(r"(\d+) passed, 9 skipped in [\d.]+s( \(.*\))?", summary)
     assert match is not None, summary
     assert int(match.group(1)) == 34, summary
     from_wheels = {"dsh-subprocess", "dsh-subagent", "dsh-contract-tests", "acme-agent"}

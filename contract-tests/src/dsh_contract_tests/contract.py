@@ -179,6 +179,21 @@ class ProviderContract:
         rules.output.test_nonconforming_answer_fails_with_the_fixed_category
     )
 
+    # -- ready products (opt-in) ---------------------------------------------------------
+
+    test_a_ready_product_serves_one_delegation = (
+        rules.ready.test_a_ready_product_serves_one_delegation
+    )
+    test_a_ready_delegation_is_indistinguishable_from_a_cold_one = (
+        rules.ready.test_a_ready_delegation_is_indistinguishable_from_a_cold_one
+    )
+    test_a_ready_product_dead_while_idle_never_fails_a_delegation = (
+        rules.ready.test_a_ready_product_dead_while_idle_never_fails_a_delegation
+    )
+    test_closing_the_service_leaves_no_ready_product = (
+        rules.ready.test_closing_the_service_leaves_no_ready_product
+    )
+
     # -- cwd ---------------------------------------------------------------------------
 
     test_child_runs_in_parent_session_cwd = rules.cwd.test_child_runs_in_parent_session_cwd

@@ -185,9 +185,11 @@ class ContractHarness:
         home = ProductHome(base / "home", base / "codex-home", base / "claude", base / "tmp")
         for path in (home.home, home.codex_home, home.claude_config_dir, home.tmpdir):
             path.mkdir()
-        ready = base / "ready"
+        # Inside the run's private HOME: a confined child (the default where the kernel
+        # offers Landlock) reads and writes its HOME, and nothing else outside its cwd.
+        ready = home.home / "dsh-contract-ready"
         ready.mkdir()
-        scratch = base / "scratch"
+        scratch = home.home / "dsh-contract-scratch"
         scratch.mkdir()
         error_text = secrets.raw_error if secrets else "contract raw error " + "中" * 1500
         stderr_text = secrets.stderr if secrets else "contract stderr line"

@@ -202,6 +202,26 @@ _ALL: Final = (
         "process left.",
     ),
     Requirement(
+        "ready:one-delegation-per-product",
+        "A provider offering ready starts serves each delegation on its own ready product: "
+        "two delegations claim two different products, each tree gone once its run is "
+        "disposed.",
+    ),
+    Requirement(
+        "ready:indistinguishable",
+        "A delegation on a ready product settles like one on a cold start: the same stop "
+        "reason, diagnostic, usage presence and progress kinds.",
+    ),
+    Requirement(
+        "ready:never-fails-a-delegation",
+        "A ready product that died while idle is never claimed: the next delegation starts "
+        "cold, completes, and the fallback is counted.",
+    ),
+    Requirement(
+        "ready:close-leaves-nothing",
+        "Closing the service ends every ready product's whole tree.",
+    ),
+    Requirement(
         "loader:entry-point-starts-nothing",
         "The provider loads from its dsh.subagent.providers entry point, validates its Config and "
         "is constructed with an empty PATH without starting any process.",

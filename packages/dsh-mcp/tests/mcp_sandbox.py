@@ -10,6 +10,7 @@ once it holds.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -54,7 +55,10 @@ class Sandbox:
     def profile(self, mcp: str | None = 'workspace = "workspace"', extra: str = "") -> Path:
         """The example profile, with an ``[mcp]`` table when ``mcp`` is given."""
         path = self.root / f"profile-{uuid.uuid4().hex[:8]}.toml"
-        text = EXAMPLE_PROFILE + extra
+        # The child touches its ready file outside the workspace: confined (the default),
+        # the instance adds that directory.
+        grant = f"config = {{ confinement = {{ write = [{json.dumps(str(self.ready))}] }} }}\n"
+        text = EXAMPLE_PROFILE.replace("[[tools]]", grant + "\n[[tools]]", 1) + extra
         if mcp is not None:
             text += f"\n[mcp]\n{mcp}\n"
         path.write_text(text, encoding="utf-8")

@@ -8,6 +8,7 @@ slow the machine is, and the test lets it answer only after the call has returne
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import anyio
@@ -83,7 +84,8 @@ async def test_without_job_tools_a_long_call_stays_in_the_foreground(box: Sandbo
     gate, token = "GO-" + uuid.uuid4().hex[:8], box.token()
     profile = box.root / "no-jobs.toml"
     profile.write_text(
-        '[[providers]]\ntype = "example"\npass_env = ["DSH_CONTRACT_READY_DIR"]\n\n'
+        '[[providers]]\ntype = "example"\npass_env = ["DSH_CONTRACT_READY_DIR"]\n'
+        f"config = {{ confinement = {{ write = [{json.dumps(str(box.ready))}] }} }}\n\n"
         '[[tools]]\nname = "subagent_example"\nprovider = "example"\n'
         'background_mode = "disabled"\n\n'
         '[mcp]\nworkspace = "workspace"\nforeground_seconds = 0.001\n',

@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup
 from dsh_subagent import (
     Budget,
     CancelController,
+    ConfinementSetting,
     ParentContext,
     ProgressEvent,
     ResolvedSubagentStartRequest,
@@ -55,6 +56,9 @@ class Scripted:
             "args": (str(AGENT), str(script_path)),
             "dispose_eof_grace": FAST_EOF_GRACE,
             "dispose_grace": FAST_GRACE,
+            # The agent's script and record files live beside the workspace: confined (the
+            # default), the instance adds their directory, as a user adds a path.
+            "confinement": ConfinementSetting(write=(str(self.tmp),)),
         }
         values.update(overrides)
         return AcpConfig(**values)

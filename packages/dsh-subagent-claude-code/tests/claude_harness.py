@@ -14,6 +14,7 @@ import anyio
 from anyio.abc import TaskGroup
 from dsh_subagent import (
     CancelController,
+    ConfinementSetting,
     ParentContext,
     ResolvedSubagentStartRequest,
     SubagentDescriptor,
@@ -71,6 +72,9 @@ class Standin:
         }
         overlay.update(env or {})
         spawner = config.pop("spawner", None)
+        # The stand-in records into a directory beside the workspace, and tests plant
+        # files in the root: the instance adds the root, as a user adds a path.
+        config.setdefault("confinement", ConfinementSetting(write=(str(self.root),)))
         return SeamProvider(
             ClaudeCodeConfig(
                 env=overlay, dispose_grace=config.pop("dispose_grace", GRACE), **config

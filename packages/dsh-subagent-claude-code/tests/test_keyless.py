@@ -246,10 +246,13 @@ async def test_cancel_mid_tool_settles_at_once_then_sigterm_ends_the_whole_tree(
     before = _descendants()
     with MessagesFixture() as fixture:
         home = keyless_claude_home(tmp_path, fixture.base_url)
-        sleeper = tmp_path / "sleeper.py"
+        # In the cwd: under confinement (on by default) the tool reaches nothing else.
+        sleeper = home.workspace / "sleeper.py"
         sleeper.write_text(_SLEEPER, encoding="utf-8")
-        pidfile, asked = tmp_path / "tool.pid", tmp_path / "tool-asked-to-stop"
-        command = f"python3 {sleeper} {pidfile} {asked}"
+        pidfile, asked = home.workspace / "tool.pid", home.workspace / "tool-asked-to-stop"
+        # The system Python: the test's own interpreter lives under the home here, which
+        # confinement keeps unreadable (docs/troubleshooting.md).
+        command = f"/usr/bin/python3 {sleeper} {pidfile} {asked}"
         fixture.enqueue(ToolUse("Bash", {"command": command}), Hold())
         provider = _provider(home, spy, permission_mode="bypassPermissions")
         cancel = CancelController()

@@ -216,7 +216,7 @@ def _assert_gone(pidfile: Path) -> None:
 async def test_a_deadline_mid_tool_settles_with_its_line_and_no_survivor(tmp_path: Path) -> None:
     with MessagesFixture() as fixture:
         home = keyless_claude_home(tmp_path, fixture.base_url)
-        pidfile = tmp_path / "tool.pid"
+        pidfile = home.workspace / "tool.pid"  # the cwd: writable under confinement
         fixture.enqueue(ToolUse("Bash", {"command": _SLEEPER.format(pidfile=pidfile)}), Hold())
         events, result, alive = await _run(_config(home, deadline_seconds=5.0), home.workspace)
     assert result.stop_reason == ERROR

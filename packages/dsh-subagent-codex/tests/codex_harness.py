@@ -17,6 +17,7 @@ import anyio
 from dsh_subagent import (
     Budget,
     CancelController,
+    ConfinementSetting,
     Launch,
     ParentContext,
     ProgressEvent,
@@ -136,6 +137,8 @@ class FakeCodex:
                 return Launch(argv=argv)
 
         config.setdefault("dispose_grace", 2.0)
+        # The fake's script and log live beside the workspace: the instance adds them.
+        config.setdefault("confinement", ConfinementSetting(write=(str(self.root),)))
         return ScriptedCodexProvider(CodexConfig(**config))
 
     def records(self, index: int = -1) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ from dsh_contract_tests.fixtures.responses import (
 )
 from dsh_subagent import (
     CancelController,
+    ConfinementSetting,
     ParentContext,
     SubagentResult,
     SubagentService,
@@ -193,7 +194,11 @@ async def test_dangerous_bypass_runs_the_command(tmp_path: Path) -> None:
         fixture.enqueue(
             _shell_call(f"printf bypass > {target}", escalate=False), PlainAnswer("bypass complete")
         )
-        provider = keyless.provider(permission_mode="dangerously-bypass-approvals-and-sandbox")
+        # Outside the cwd: confinement (on by default) allows it only as an added path.
+        provider = keyless.provider(
+            permission_mode="dangerously-bypass-approvals-and-sandbox",
+            confinement=ConfinementSetting(write=(str(target.parent),)),
+        )
         result = await _delegate(provider, keyless.workspace)
     assert (result.stop_reason, result.text) == ("completed", "bypass complete")
     assert target.read_text() == "bypass"

@@ -22,8 +22,12 @@ from codex_harness import (
     terminal,
     turn_start,
 )
+from dsh_subagent import ConfinementSetting
+from dsh_subprocess import landlock_abi
 
 pytestmark = pytest.mark.anyio
+
+OFF = ConfinementSetting(mode="off")
 
 
 async def test_success_returns_the_answer_byte_for_byte(fake: FakeCodex) -> None:
@@ -39,7 +43,8 @@ async def test_success_returns_the_answer_byte_for_byte(fake: FakeCodex) -> None
 
 async def test_wire_frames_are_exact(fake: FakeCodex) -> None:
     # The fake ignores SIGTERM so it logs every frame it gets before exiting on stdin EOF.
-    provider = fake.provider([{"op": "ignore_term"}, *answered()])
+    # Unconfined: a confined thread replaces Codex's sandbox (pinned below).
+    provider = fake.provider([{"op": "ignore_term"}, *answered()], confinement=OFF)
     await delegate(provider, fake.workspace, prompt=["first block", "second"])
     frames = fake.frames()
     methods = [f.get("method") for f in frames]
@@ -92,11 +97,27 @@ async def test_wire_frames_are_exact(fake: FakeCodex) -> None:
 async def test_thread_start_carries_the_mode_fields_and_optional_model(
     fake: FakeCodex, mode: str, fields: dict[str, str]
 ) -> None:
-    await delegate(fake.provider(answered(), permission_mode=mode), fake.workspace)
-    await delegate(fake.provider(answered(), permission_mode=mode, model="m-x"), fake.workspace)
+    await delegate(fake.provider(answered(), permission_mode=mode, confinement=OFF), fake.workspace)
+    await delegate(
+        fake.provider(answered(), permission_mode=mode, model="m-x", confinement=OFF),
+        fake.workspace,
+    )
     without, with_model = (fake.sent("thread/start", i)[0]["params"] for i in (0, 1))
     assert without == {"cwd": str(fake.workspace), "ephemeral": True, **fields}
     assert with_model == {**without, "model": "m-x"}
+
+
+@pytest.mark.skipif(landlock_abi() == 0, reason="this kernel offers no Landlock")
+@pytest.mark.parametrize(
+    "mode", ["never", "approve-for-me", "dangerously-bypass-approvals-and-sandbox"]
+)
+async def test_a_confined_thread_runs_commands_in_the_kernel_sandbox(
+    fake: FakeCodex, mode: str
+) -> None:
+    # Codex's bubblewrap sandbox cannot start inside a Landlock domain: a confined run asks
+    # for none, and the kernel policy (read-only cwd in never mode) is the sandbox.
+    await delegate(fake.provider(answered(), permission_mode=mode), fake.workspace)
+    assert fake.sent("thread/start", 0)[0]["params"]["sandbox"] == "danger-full-access"
 
 
 async def test_argv_carries_no_task_model_or_mode(fake: FakeCodex) -> None:

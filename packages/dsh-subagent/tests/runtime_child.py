@@ -12,12 +12,16 @@ It says ``{"type": "ready"}`` (unless the task's first word is ``silent-open``),
 * ``long <bytes>`` → writes that many bytes without a newline, then waits for EOF;
 * ``garbage`` → a line that is not JSON, then answers ``after garbage``;
 * ``bad-hello`` → the handshake line is ``{"type": "nope"}``;
-* ``usage <in> <out>`` → ``{"type": "usage", ...}``, then answers ``counted``.
+* ``usage <in> <out>`` → ``{"type": "usage", ...}``, then answers ``counted``;
+* ``reach <path>`` → reads ``path`` and answers its text, or ``denied <errno name>``;
+* ``tmpdir`` → answers its ``TMPDIR`` after writing a file there.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 
 
@@ -59,6 +63,18 @@ def main() -> int:
         tokens_in, tokens_out = rest.split()
         _send({"type": "usage", "input": tokens_in, "output": tokens_out})
         _send({"type": "final", "text": "counted"})
+    elif word == "reach":
+        try:
+            with open(rest, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            text = f"denied {errno.errorcode.get(exc.errno or 0, '?')}"
+        _send({"type": "final", "text": text})
+    elif word == "tmpdir":
+        where = os.environ.get("TMPDIR", "")
+        with open(os.path.join(where, "scratch.txt"), "w", encoding="utf-8") as handle:
+            handle.write("kept until the tree exits")
+        _send({"type": "final", "text": where})
     elif word == "garbage":
         sys.stdout.write("this is not json\n")
         _send({"type": "final", "text": "after garbage"})

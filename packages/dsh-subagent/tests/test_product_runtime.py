@@ -318,7 +318,10 @@ async def test_the_configured_env_overlay_wins_over_the_launch_env(tmp_path: Pat
         run = await service.start("echo", request("answer x", str(tmp_path)))
         await run.result()
         await run.dispose()
-    assert seen == [{"A": "launch", "B": "config"}]
+    [env] = seen
+    private = env.pop("TMPDIR")  # a confined run gets a private temporary directory
+    assert env == {"A": "launch", "B": "config"}
+    assert Path(str(private)).name.startswith("dsh-run-")
 
 
 # -- the response bound ----------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Each module holds the test functions of one area (``capability``, ``cwd``, ``env``,
 ``settlement``, ``diagnostic``, ``quiescence``, ``lifecycle``, ``concurrency``,
-``continuation``, ``output``,
+``continuation``, ``output``, ``ready``,
 ``loader``, ``credentialed``), each tied to its requirement id with
 :func:`~dsh_contract_tests.requirement`. They are not collected from here: the base
 classes in :mod:`dsh_contract_tests.contract` bind them under their test names, and a
@@ -21,6 +21,7 @@ from dsh_contract_tests.rules import (
     loader,
     output,
     quiescence,
+    ready,
     settlement,
 )
 
@@ -36,5 +37,6 @@ __all__ = [
     "loader",
     "output",
     "quiescence",
+    "ready",
     "settlement",
 ]

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     )
     from dsh_cli.runtime import Runtime, delegate, open_runtime, tool_schema
     from dsh_cli.spawnguard import SpawnAttemptError, SpawnCounter
+    from dsh_cli.warm import Warm
 
 __all__ = [
     "JOB_TOOL_NAMES",
@@ -49,6 +50,7 @@ __all__ = [
     "StaticDiscovery",
     "ToolRow",
     "UsageError",
+    "Warm",
     "compose",
     "delegate",
     "load_profile",
@@ -84,6 +86,7 @@ _SOURCES = {
     "tool_schema": "dsh_cli.runtime",
     "SpawnAttemptError": "dsh_cli.spawnguard",
     "SpawnCounter": "dsh_cli.spawnguard",
+    "Warm": "dsh_cli.warm",
 }
 
 

@@ -61,6 +61,7 @@ from dsh_cli.batch_schema import (
     with_output_schema,
     with_schema,
 )
+from dsh_cli.confinement import add_confinement_flag, announce_confinement
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import ProfileError, UsageError
 from dsh_cli.isolation import (
@@ -74,6 +75,7 @@ from dsh_cli.loader import Composition, compose
 from dsh_cli.options import add_budget_flags, budget_from, resolve_target
 from dsh_cli.profile import parse_profile, read_profile
 from dsh_cli.runtime import open_runtime
+from dsh_cli.warm import BATCH_WARM_MAX, SERVER_WARM, Warm, add_warm_flag, batch_warm
 
 __all__ = [
     "FILES_PLACEHOLDER",
@@ -129,9 +131,16 @@ def _mentions(value: Any) -> bool:
 
 
 def load_batch_profile(
-    path: str | Path, files: str | None, *, discovery: ProviderDiscovery | None = None
+    path: str | Path,
+    files: str | None,
+    *,
+    discovery: ProviderDiscovery | None = None,
+    confinement: str | None = None,
+    warm: Warm | None = None,
 ) -> Composition:
-    """Read and compose a profile, replacing ``${DSH_FILES}`` in every string with ``files``.
+    """Read and compose a profile, replacing ``${DSH_FILES}`` in every string with ``files``
+    (``confinement``: the ``--confinement`` override; ``warm``: ready products, see
+    :func:`~dsh_cli.compose`).
 
     Raises:
         ProfileError: the profile is invalid, or it uses ``${DSH_FILES}`` without ``files``.
@@ -141,9 +150,19 @@ def load_batch_profile(
     if files is None:
         if _mentions(raw):
             raise ProfileError(source, [f"the profile uses {FILES_PLACEHOLDER}: pass --files DIR"])
-        return compose(parse_profile(raw, source), source=source, discovery=discovery)
+        return compose(
+            parse_profile(raw, source),
+            source=source,
+            discovery=discovery,
+            confinement=confinement,
+            warm=warm,
+        )
     return compose(
-        parse_profile(_substitute(raw, files), source), source=source, discovery=discovery
+        parse_profile(_substitute(raw, files), source),
+        source=source,
+        discovery=discovery,
+        confinement=confinement,
+        warm=warm,
     )
 
 
@@ -363,6 +382,8 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_output_schema_flag(batch)
     add_budget_flags(batch, scope="per task")
     add_worktree_flags(batch, scope="each task", warm="the concurrency")
+    add_confinement_flag(batch)
+    add_warm_flag(batch, f"min(--concurrency, {BATCH_WARM_MAX}); {SERVER_WARM} per Ray actor")
     batch.add_argument(
         "--ray",
         nargs="?",
@@ -409,9 +430,17 @@ def cmd_batch(
     budget = budget_from(args)
     check_out_path(args.out, args.tasks, args.profile)
     task_list = with_output_schema(read_tasks(args.tasks), args.output_schema)
-    composition = load_batch_profile(args.profile, files, discovery=discovery)
+    composition = load_batch_profile(
+        args.profile,
+        files,
+        discovery=discovery,
+        confinement=args.confinement,
+        warm=batch_warm(args.warm, args.concurrency or default_concurrency()),
+    )
     provider = resolve_target(composition, args.target, args.instance)
     task_list = with_schema(task_list, typed_row_schema(composition, args.target, args.instance))
+    if args.ray is None:  # with --ray each node decides for itself, at each task's start
+        announce_confinement([composition.provider(provider).provider], err)
     # With --ray the settings travel to the actors, which isolate on their nodes; the
     # flags are checked here either way.
     worktree = worktree_from_flags(composition, provider, args) if args.ray is not None else None
@@ -447,6 +476,8 @@ def cmd_batch(
                 results=results,
                 err=err,
                 worktree=worktree,
+                confinement=args.confinement,
+                warm=args.warm,
             )
         else:
             assert base is not None
@@ -576,6 +607,7 @@ async def _run_local(
         async def drive() -> None:
             slots = anyio.Semaphore(plan.concurrency)
             async with open_runtime(composition) as runtime, anyio.create_task_group() as tg:
+                runtime.service.keep_ready(plan.provider, base)  # the tasks' default cwd
                 for task in plan.tasks:
                     await slots.acquire()
                     if cancel.aborted:

@@ -44,6 +44,7 @@ from dsh_cli.loader import Composition
 from dsh_cli.protect import protect_ray_actor_process
 from dsh_cli.runtime import open_runtime
 from dsh_cli.telemetry import export_requested
+from dsh_cli.warm import SERVER_WARM, warm_from_flag
 
 __all__ = ["BUNDLE_PROFILE", "CANCEL_REASON", "BatchActor"]
 
@@ -109,6 +110,7 @@ class BatchActor:
         base_cwd: Base directory of relative task cwds (default: the unpacked bundle).
         budget_json: The per-task budget as JSON, or ``None``.
         worktree_json: ``--worktree`` settings as JSON (over the profile's own), or ``None``.
+        confinement: ``--confinement`` (over the profile's modes), or ``None``.
     """
 
     _service: SubagentService
@@ -124,6 +126,8 @@ class BatchActor:
         base_cwd: str | None,
         budget_json: str | None,
         worktree_json: str | None = None,
+        confinement: str | None = None,
+        warm: int | None = None,
     ) -> None:
         protect_ray_actor_process()  # before the profile's secrets are read
         self._bundle = os.getcwd()
@@ -139,7 +143,12 @@ class BatchActor:
         self._export: Any = None
         self._no_export = _start_export(self)
         try:
-            composition = load_batch_profile(Path(self._bundle, BUNDLE_PROFILE), self._bundle)
+            composition = load_batch_profile(
+                Path(self._bundle, BUNDLE_PROFILE),
+                self._bundle,
+                confinement=confinement,
+                warm=warm_from_flag(warm, SERVER_WARM),  # one task at a time per actor
+            )
             if worktree_json is not None:
                 composition = isolate(
                     composition, provider, Worktree.model_validate_json(worktree_json)
@@ -229,6 +238,7 @@ def _start_export(actor: BatchActor) -> str | None:
 async def _hold_runtime(actor: BatchActor, composition: Composition) -> AsyncIterator[None]:
     async with open_runtime(composition) as runtime:
         actor._service = runtime.service
+        runtime.service.keep_ready(actor._provider, actor._base)  # the tasks' default cwd
         yield
 
 

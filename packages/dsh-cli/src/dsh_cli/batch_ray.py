@@ -110,10 +110,14 @@ def run_on_ray(
     results: ResultsFile,
     err: TextIO,
     worktree: Worktree | None = None,
+    confinement: str | None = None,
+    warm: int | None = None,
 ) -> Summary:
     """Run ``plan`` on the Ray cluster at ``address`` (``None``: Ray's own default).
 
-    ``worktree``: ``--worktree`` settings every actor isolates its instance with.
+    ``worktree``: ``--worktree`` settings every actor isolates its instance with;
+    ``confinement``: the ``--confinement`` mode every actor composes the profile with;
+    ``warm``: ``--warm``, each actor's ready products (``None``: the actor's default).
 
     Raises:
         UsageError: Ray is not installed.
@@ -123,7 +127,7 @@ def run_on_ray(
         try:
             passed = {name for row in read_profile(profile).providers for name in row.pass_env}
             with connect_ray(address, {"working_dir": stage}, passed) as ray:
-                pool = _Pool(ray, plan, base_cwd, retries, worktree)
+                pool = _Pool(ray, plan, base_cwd, retries, worktree, confinement, warm)
                 return pool.drive(results, err)
         except RayUnavailableError as exc:
             return Summary(0, 0, False, len(plan.tasks), f"could not reach Ray: {exc}")
@@ -158,6 +162,8 @@ class _Pool:
         base_cwd: str | None,
         retries: int,
         worktree: Worktree | None,
+        confinement: str | None = None,
+        warm: int | None = None,
     ) -> None:
         self._ray = ray
         self._plan = plan
@@ -167,7 +173,7 @@ class _Pool:
         )
         budget = plan.budget.model_dump_json() if plan.budget is not None else None
         settings = worktree.model_dump_json(exclude_unset=True) if worktree else None
-        self._args = (plan.provider, base_cwd, budget, settings)
+        self._args = (plan.provider, base_cwd, budget, settings, confinement, warm)
         size = plan.concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._slots = [self._new_slot() for _ in range(min(size, len(plan.tasks)))]
         self._queue = deque(plan.tasks)

@@ -24,6 +24,7 @@ from pydantic import JsonValue
 
 from dsh_cli.agents_command import add_agents_parser, cmd_agents
 from dsh_cli.batch import add_batch_parser, cmd_batch
+from dsh_cli.confinement import policy_lines
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import DshCliError
 from dsh_cli.loader import Composition, load_profile
@@ -82,6 +83,8 @@ def render_check(
             f"{'yes' if loaded.provider.inherits_parent_context else 'no'}",
             file=out,
         )
+        for line in policy_lines(loaded.provider):
+            print(f"    {line}", file=out)
         if loaded.worktree is not None:
             settings = loaded.worktree.model_dump(mode="json")
             print(

@@ -20,10 +20,12 @@ from dsh_tool_jobs.config import JobsToolsConfig
 from dsh_worktree import Worktree, WorktreeError
 from pydantic import BaseModel, ValidationError
 
+from dsh_cli.confinement import override_confinement
 from dsh_cli.discovery import EntryPointDiscovery, ProviderDiscovery
 from dsh_cli.errors import ProfileError
 from dsh_cli.profile import Profile, ToolRow, describe_validation_error, read_profile
 from dsh_cli.tool_instances import BuiltRow, tool_instances
+from dsh_cli.warm import Warm, apply_warm
 
 __all__ = ["JOB_TOOL_NAMES", "Composition", "LoadedProvider", "compose", "load_profile"]
 
@@ -140,6 +142,8 @@ def compose(
     source: str = "<profile>",
     discovery: ProviderDiscovery | None = None,
     host_env: Mapping[str, str] | None = None,
+    confinement: str | None = None,
+    warm: Warm | None = None,
 ) -> Composition:
     """Resolve, validate and construct every provider and check every tool row.
 
@@ -148,6 +152,10 @@ def compose(
         source: Profile label used in error messages (usually its path).
         discovery: Where provider classes come from; defaults to installed entry points.
         host_env: Where ``pass_env`` names are read; defaults to ``os.environ``.
+        confinement: ``--confinement``: every instance's ``confinement.mode``, over the
+            profile's (``auto``, ``required`` or ``off``); ``None`` keeps the profile's.
+        warm: The surface's ``warm`` (``--warm``, or its default for rows that set
+            none); ``None`` keeps the profile's.
 
     Raises:
         ProfileError: listing every problem, each naming its row and field.
@@ -189,6 +197,13 @@ def compose(
                 )
                 continue
             raw_config["env"] = {**env, **{n: host[n] for n in row.pass_env if n in host}}
+        if confinement is not None:
+            problem = override_confinement(raw_config, cls.Config, confinement)  # type: ignore[attr-defined]
+            if problem is not None:
+                problems.append(f"{_row_label(index, ident)}: {problem}")
+                continue
+        if warm is not None:
+            apply_warm(raw_config, cls.Config, warm)  # type: ignore[attr-defined]
         try:
             config = cls.Config.model_validate(raw_config)  # type: ignore[attr-defined]
         except ValidationError as exc:
@@ -277,10 +292,17 @@ def _check_tools(profile: Profile, instances: Mapping[str, int]) -> Sequence[str
     return problems
 
 
-def load_profile(path: str | Path, *, discovery: ProviderDiscovery | None = None) -> Composition:
+def load_profile(
+    path: str | Path,
+    *,
+    discovery: ProviderDiscovery | None = None,
+    confinement: str | None = None,
+) -> Composition:
     """Read a TOML profile and compose it (see :func:`compose`).
 
     Raises:
         ProfileError: the file is unreadable or invalid, naming rows and fields.
     """
-    return compose(read_profile(path), source=str(path), discovery=discovery)
+    return compose(
+        read_profile(path), source=str(path), discovery=discovery, confinement=confinement
+    )

@@ -54,6 +54,7 @@ from dsh_tool_jobs import JobSnapshot
 from pydantic import JsonValue
 
 from dsh_cli.batch_schema import typed_row_schema
+from dsh_cli.confinement import add_confinement_flag, announce_confinement
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import UsageError
 from dsh_cli.isolation import add_worktree_flags, check_isolation, isolate_from_flags
@@ -138,6 +139,7 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     )
     add_budget_flags(run, scope="of the run")
     add_worktree_flags(run, scope="the task")
+    add_confinement_flag(run)
 
 
 async def _watch_signals(
@@ -384,10 +386,11 @@ def cmd_run(
     validate_task(task)
     validate_utf8("--cwd", args.cwd)
     with SpawnCounter(forbid=True):
-        composition = load_profile(args.profile, discovery=discovery)
+        composition = load_profile(args.profile, discovery=discovery, confinement=args.confinement)
     provider = resolve_target(composition, args.target, args.instance)
     if output_schema is None:  # a typed tool row's own schema
         output_schema = typed_row_schema(composition, args.target, args.instance)
+    announce_confinement([composition.provider(provider).provider], err)
     composition = isolate_from_flags(composition, provider, args)
     cwd = os.path.abspath(args.cwd)
     check_isolation(composition, provider, [cwd])

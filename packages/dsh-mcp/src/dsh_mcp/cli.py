@@ -24,11 +24,13 @@ from collections.abc import Sequence
 from typing import Final, TextIO
 
 import anyio
+from dsh_cli.confinement import add_confinement_flag, announce_confinement
 from dsh_cli.errors import DshCliError, UsageError
 from dsh_cli.loader import Composition, compose
 from dsh_cli.logs import cli_logging
 from dsh_cli.profile import read_profile
 from dsh_cli.protect import protect_command_process
+from dsh_cli.warm import SERVER_WARM, add_warm_flag, warm_from_flag
 
 from dsh_mcp.server import ToolServer, open_tool_server
 from dsh_mcp.settings import ServerSettings, resolve_settings
@@ -99,6 +101,8 @@ def build_parser(prog: str = "dsh-mcp") -> argparse.ArgumentParser:
     parser.add_argument(
         "--port", type=int, default=0, help="HTTP port on 127.0.0.1 (default: any free port)"
     )
+    add_confinement_flag(parser)
+    add_warm_flag(parser, str(SERVER_WARM))
     parser.add_argument(
         "-v",
         "--verbose",
@@ -110,7 +114,12 @@ def build_parser(prog: str = "dsh-mcp") -> argparse.ArgumentParser:
 
 def _load(profile_path: str, args: argparse.Namespace) -> tuple[Composition, ServerSettings]:
     profile = read_profile(profile_path)
-    composition = compose(profile, source=profile_path)
+    composition = compose(
+        profile,
+        source=profile_path,
+        confinement=args.confinement,
+        warm=warm_from_flag(args.warm, SERVER_WARM),
+    )
     settings = resolve_settings(
         profile.mcp,
         profile_path,
@@ -215,6 +224,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "dsh-mcp") -> int:
     with cli_logging(verbose=args.verbose, stream=err):
         try:
             composition, settings = _load(args.profile, args)
+            announce_confinement((loaded.provider for loaded in composition.providers), err)
             if not args.http and args.port:
                 raise UsageError("--port needs --http")
             if not 0 <= args.port <= 65535:

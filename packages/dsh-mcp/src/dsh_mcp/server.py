@@ -568,6 +568,9 @@ async def open_tool_server(
         open_runtime(composition, notice_sink=sink) as runtime,
         anyio.create_task_group() as calls,
     ):
+        if settings.workspace is not None:  # else the pool learns the client's root
+            for loaded in composition.providers:
+                runtime.service.keep_ready(loaded.provider.name, settings.workspace)
         tool_server = ToolServer(runtime, settings, calls, send)
         holder.append(tool_server)
         calls.start_soon(tool_server._relay_notices, receive)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio  # noqa: TID251 - only to detect the backend the acp library requires
+from collections.abc import Mapping
 from typing import ClassVar
 
 from dsh_subagent import (
@@ -11,6 +12,7 @@ from dsh_subagent import (
     ProductChild,
     ProductFailure,
     ProductProvider,
+    ProductReach,
     ProductStartError,
     ResolvedSubagentStartRequest,
     SubagentResult,
@@ -19,6 +21,7 @@ from dsh_subagent import (
 )
 
 from dsh_subagent_acp.config import AcpConfig
+from dsh_subagent_acp.reach import agent_reach
 from dsh_subagent_acp.session import AcpSession
 from dsh_subagent_acp.transport import MAX_FRAME_BYTES
 
@@ -44,6 +47,7 @@ class AcpProvider(ProductProvider[AcpConfig]):
     Config: ClassVar[type[AcpConfig]] = AcpConfig
     product: ClassVar[str] = "ACP"
     open_stage: ClassVar[str] = "initialize"
+    offers_ready_starts: ClassVar[bool] = True
     run_stage: ClassVar[str] = "prompt"
     max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
     # Not JSON fails the run (``malformed-frame``): the library would skip it silently.
@@ -77,6 +81,13 @@ class AcpProvider(ProductProvider[AcpConfig]):
     def launch(self, cwd: str) -> Launch:
         """``command + args``; the agent's own variables come from the ``env`` overlay."""
         return Launch(argv=(self.config.command, *self.config.args))
+
+    def confinement_reach(
+        self, launch: Launch, env: Mapping[str, str | None], cwd: str
+    ) -> ProductReach:
+        """The agent's installation, runtime, home and endpoints (see :func:`agent_reach`)."""
+        del cwd
+        return agent_reach(launch.argv, env)
 
     async def open(self, child: ProductChild) -> None:
         """``initialize`` (stage ``initialize``), then ``session/new`` (``session-new``) or,

@@ -134,9 +134,14 @@ def session_file(env: Mapping[str, str | None], cwd: str, session: str) -> Path:
 
     ``session`` is a continuation handle's id (its alphabet has no path separator).
     """
+    project = re.sub(r"[^A-Za-z0-9]", "-", cwd)
+    return Path(config_dir(env)) / "projects" / project / f"{session}.jsonl"
+
+
+def config_dir(env: Mapping[str, str | None]) -> str:
+    """The child's config directory: ``CLAUDE_CONFIG_DIR`` of the overlaid environment,
+    else ``$HOME/.claude``."""
     environment = child_env(env)
-    config = environment.get("CLAUDE_CONFIG_DIR") or os.path.join(
+    return environment.get("CLAUDE_CONFIG_DIR") or os.path.join(
         environment.get("HOME") or os.path.expanduser("~"), ".claude"
     )
-    project = re.sub(r"[^A-Za-z0-9]", "-", cwd)
-    return Path(config) / "projects" / project / f"{session}.jsonl"

@@ -19,7 +19,7 @@ module supplies only the product:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, cast
 
 import anyio
@@ -49,8 +49,10 @@ from dsh_subagent import (
     ProductFailure,
     ProductFailureError,
     ProductProvider,
+    ProductReach,
     SubagentError,
     SubagentErrorCode,
+    default_reach,
 )
 from pydantic import JsonValue, ValidationError
 
@@ -60,6 +62,7 @@ from dsh_subagent_claude_code.launch import (
     build_cli_argv,
     build_env_overlay,
     build_sdk_options,
+    config_dir,
     session_file,
 )
 from dsh_subagent_claude_code.product import PRODUCT, bundled_cli_path
@@ -75,6 +78,9 @@ APPROVAL_DENIED_MESSAGE: Final = (
     "This unattended Claude Code subagent cannot request human approval."
 )
 """What the product hears when it asks the provider for a permission decision."""
+
+ANTHROPIC_PORT: Final = 443
+"""The port of Anthropic's API, the endpoint when ``ANTHROPIC_BASE_URL`` is unset."""
 
 MAX_FRAME_BYTES: Final = 1024 * 1024
 """The longest stdout frame accepted: the SDK's own default message bound
@@ -207,6 +213,7 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
     Config: ClassVar[type[ClaudeCodeConfig]] = ClaudeCodeConfig
     product: ClassVar[str] = PRODUCT
     open_stage: ClassVar[str] = "query-start"
+    offers_ready_starts: ClassVar[bool] = True
     run_stage: ClassVar[str] = "query-run"
     max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
     # The malformed-line policy is the SDK's and lives in the transport, which reads
@@ -285,6 +292,18 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
     def launch_continuation(self, cwd: str, session: str) -> Launch:
         """As :meth:`launch`, resuming ``session`` (the SDK's ``resume``)."""
         return self._launch(cwd, session)
+
+    def confinement_reach(
+        self, launch: Launch, env: Mapping[str, str | None], cwd: str
+    ) -> ProductReach:
+        """The bundled CLI's directory (read), the config directory (written: sessions,
+        settings, ``.claude.json`` when ``CLAUDE_CONFIG_DIR`` is set) and the port of
+        ``ANTHROPIC_BASE_URL`` (443, Anthropic's API, when unset)."""
+        base = default_reach(launch.argv, env)
+        ports = set(base.connect_ports) or {ANTHROPIC_PORT}
+        return ProductReach(
+            read=base.read, write=(config_dir(env),), connect_ports=tuple(sorted(ports))
+        )
 
     def _launch(
         self, cwd: str, resume: str | None, schema: dict[str, JsonValue] | None = None

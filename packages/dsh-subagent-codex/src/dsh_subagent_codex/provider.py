@@ -22,7 +22,7 @@ app-server that cannot parse a request logs it and never answers.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import ClassVar, Final
 
 from dsh_subagent import (
@@ -31,7 +31,10 @@ from dsh_subagent import (
     MalformedLinePolicy,
     ProductChild,
     ProductProvider,
+    ProductReach,
     SubagentResult,
+    confines_commands,
+    default_reach,
 )
 from pydantic import ValidationError
 
@@ -44,6 +47,7 @@ from dsh_subagent_codex.first_start import (
     HomeKey,
     effective_codex_home,
 )
+from dsh_subagent_codex.home_config import codex_endpoint_ports, native_sandbox_mode
 from dsh_subagent_codex.jsonrpc import Frame, JsonRpcLines
 from dsh_subagent_codex.permissions import mode_thread_fields
 from dsh_subagent_codex.protocol import (
@@ -109,6 +113,7 @@ class CodexProvider(ProductProvider[CodexConfig]):
     Config: ClassVar[type[CodexConfig]] = CodexConfig
     product: ClassVar[str] = PRODUCT
     open_stage: ClassVar[str] = "initialize"
+    offers_ready_starts: ClassVar[bool] = True
     run_stage: ClassVar[str] = "turn-start"
     max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
     max_task_chars: ClassVar[int | None] = MAX_TASK_CHARS
@@ -130,6 +135,31 @@ class CodexProvider(ProductProvider[CodexConfig]):
         """The pinned binary's app-server argv (a missing wheel fails at stage ``launch``)."""
         return Launch(argv=codex_app_server_argv())
 
+    def confinement_reach(
+        self, launch: Launch, env: Mapping[str, str | None], cwd: str
+    ) -> ProductReach:
+        """The pinned wheel's binary directory (read), the effective ``CODEX_HOME``
+        (written: sessions, logs, its sqlite state), the ports of the model providers its
+        ``config.toml`` names (443 when it selects the built-in OpenAI provider) and the
+        pseudo-terminals it runs ``tty`` commands on.
+
+        Confined, the kernel policy is Codex's command sandbox (see :meth:`open`), so the
+        cwd is writable exactly when Codex's own sandbox would let commands write it: not
+        in ``never`` mode under a ``read-only`` native ``sandbox_mode`` (the default).
+        """
+        base = default_reach(launch.argv, env)
+        home = str(effective_codex_home(env, cwd))
+        sandbox = (
+            native_sandbox_mode(home) if self.config.permission_mode == "never" else "writable"
+        )
+        return ProductReach(
+            read=base.read,
+            write=(home,),
+            connect_ports=tuple(sorted({*base.connect_ports, *codex_endpoint_ports(home)})),
+            cwd_writable=sandbox != "read-only",
+            pseudo_terminals=True,  # exec_command with tty: true runs on a pty
+        )
+
     def admission(self, cwd: str) -> contextlib.AbstractAsyncContextManager[FirstStartPass]:
         """One first start per effective ``CODEX_HOME`` at a time (see first_start.py)."""
         return _first_start(effective_codex_home(self.config.env, cwd))
@@ -147,6 +177,10 @@ class CodexProvider(ProductProvider[CodexConfig]):
         await rpc.notify("initialized")
         config = self.config
         fields = mode_thread_fields(config.permission_mode)
+        if confines_commands(config.confinement):
+            # Codex's own sandbox (bubblewrap) cannot start inside a Landlock domain (no
+            # mounts, no uid map): the kernel policy around the whole tree is the sandbox.
+            fields["sandbox"] = "danger-full-access"
         method = "thread/start"
         params: ThreadStartParams | ThreadResumeParams
         if child.resume is not None:

@@ -13,6 +13,23 @@ from dsh_subagent.config_fields import (
     Grace,
     ProductConfig,
 )
+from dsh_subagent.confinement import (
+    ConfinementSetting,
+    ProductReach,
+    check_confinement,
+    confinement_fallback_line,
+    confinement_refusal_line,
+    confines_commands,
+    default_reach,
+    run_policy,
+)
+from dsh_subagent.confinement_paths import (
+    endpoint_port,
+    env_endpoint_ports,
+    program_install,
+    toml_endpoint_ports,
+)
+from dsh_subagent.confinement_report import effective_policy, makes_private_tmp
 from dsh_subagent.continuation import (
     CONTINUATION_UNAVAILABLE_CATEGORY,
     CONTINUATION_UNAVAILABLE_MESSAGE,
@@ -89,6 +106,7 @@ from dsh_subagent.progress import (
 )
 from dsh_subagent.provider_base import NamedProviderConfig, OutOfProcessProvider
 from dsh_subagent.publication import publish_run
+from dsh_subagent.ready import ReadyPool, ReadyStats
 from dsh_subagent.run_handle import SubprocessRunHandle
 from dsh_subagent.service import (
     MAX_SAFE_INTEGER,
@@ -198,6 +216,7 @@ __all__ = [
     "CancelSignal",
     "Changes",
     "ConfiguredCwd",
+    "ConfinementSetting",
     "ContentBlock",
     "ContinuationHandle",
     "ContinuationIds",
@@ -227,6 +246,7 @@ __all__ = [
     "ProductFailure",
     "ProductFailureError",
     "ProductProvider",
+    "ProductReach",
     "ProductStartError",
     "ProductTeardownError",
     "ProgressEvent",
@@ -235,6 +255,8 @@ __all__ = [
     "ProviderAdded",
     "ProviderRemoved",
     "PublishedRun",
+    "ReadyPool",
+    "ReadyStats",
     "ResolvedSubagentStartRequest",
     "RunObservation",
     "RunObserver",
@@ -269,26 +291,38 @@ __all__ = [
     "add_run_observer",
     "assert_positive_finite",
     "assert_usable_cwd",
+    "check_confinement",
     "check_max_depth",
     "check_request_text",
+    "confinement_fallback_line",
+    "confinement_refusal_line",
+    "confines_commands",
+    "default_reach",
     "delegate",
     "delegate_sync",
+    "effective_policy",
+    "endpoint_port",
+    "env_endpoint_ports",
     "format_product_failure",
     "is_utf8_text",
     "limit_diagnostic",
+    "makes_private_tmp",
     "mount_subagent_tool",
     "one_shot_task_texts",
     "output_json_schema",
     "parent_of",
+    "program_install",
     "publish_run",
     "render_changes",
     "render_foreground_failure",
     "report_stage",
     "resolve_child_cwd",
+    "run_policy",
     "run_tool_call",
     "settle_run_result",
     "settle_structured",
     "text_of",
+    "toml_endpoint_ports",
     "tool_error",
     "typed_answer",
     "validate_answer",

@@ -37,6 +37,7 @@ from pydantic import (
     field_validator,
 )
 
+from dsh_subagent.confinement import ConfinementSetting
 from dsh_subagent.errors import SubagentError
 from dsh_subagent.utf8 import NOT_UTF8, first_non_utf8
 from dsh_subagent.workdir import validate_configured_cwd
@@ -128,6 +129,14 @@ class ProductConfig(BaseModel):
             Never the turn itself: a long turn is the product working. When it runs out
             the start fails (or the run settles ``error``) with category
             ``response-timeout`` and the whole tree is ended.
+        confinement: Kernel confinement of the product's whole process tree: the mode
+            (``auto`` by default) and the paths and ports this instance adds to what the
+            provider computes (see :class:`~dsh_subagent.ConfinementSetting` and
+            docs/security.md).
+        warm: How many products the service keeps started and past their handshake
+            for this instance's next delegations (``0``, the default: none; at most
+            64). Each serves exactly one delegation (docs/harness.md,
+            "Ready products"); ignored by a provider whose handshake depends on the task.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -141,6 +150,8 @@ class ProductConfig(BaseModel):
     response_timeout_seconds: float = Field(
         default=DEFAULT_RESPONSE_TIMEOUT, gt=0, allow_inf_nan=False
     )
+    confinement: ConfinementSetting = ConfinementSetting()
+    warm: int = Field(default=0, ge=0, le=64, strict=True)
 
     @field_validator("*", mode="after")
     @classmethod

@@ -41,7 +41,7 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar, Generic, NoReturn, TypeVar
 
 import anyio
@@ -49,17 +49,20 @@ from dsh_subprocess import ManagedProcess, SpawnError, SpawnSpec, StderrObserver
 
 from dsh_subagent.budget import BudgetClock, EffectiveBudget
 from dsh_subagent.config_fields import ProductConfig
+from dsh_subagent.confinement import (
+    ProductReach,
+    RunScratch,
+    check_confinement,
+    default_reach,
+    run_policy,
+)
 from dsh_subagent.continuation import (
-    CONTINUATION_UNAVAILABLE_CATEGORY,
-    CONTINUATION_UNAVAILABLE_MESSAGE,
-    CONTINUATION_UNSUPPORTED_CATEGORY,
     ContinuationHandle,
     handle_for,
     session_to_continue,
 )
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
 from dsh_subagent.errors import (
-    ContinuationUnavailableError,
     ProductFailureError,
     ProductStartError,
     ProductTeardownError,
@@ -74,9 +77,11 @@ from dsh_subagent.lines import (
 from dsh_subagent.observe import report_stage
 from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild, failure_of
 from dsh_subagent.product_output import ProductOutputHooks
+from dsh_subagent.product_rollback import Cancelled, roll_back
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
-from dsh_subagent.publication import publish_run
+from dsh_subagent.publication import Once, RunState, publish_run
+from dsh_subagent.ready import claim_ready, publish_claimed
 from dsh_subagent.structured import output_json_schema
 from dsh_subagent.task import one_shot_task_texts
 from dsh_subagent.types import (
@@ -92,6 +97,10 @@ from dsh_subagent.workdir import resolve_child_cwd
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
+    from pydantic import BaseModel, JsonValue
+
+    OutputSchema = Mapping[str, JsonValue] | type[BaseModel]
+
 __all__ = ["ProductProvider"]
 
 ConfigT = TypeVar("ConfigT", bound=ProductConfig)
@@ -101,28 +110,6 @@ _log = logging.getLogger("dsh_subagent")
 
 def _slug(product: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", product.lower()).strip("-")
-
-
-class _Cancelled(Exception):
-    """Local marker: the request's cancel signal fired during startup."""
-
-
-class _Once:
-    """An async action run at most once; later callers wait for the first run."""
-
-    def __init__(self, action: Callable[[], Awaitable[None]]) -> None:
-        self._action = action
-        self._done: anyio.Event | None = None
-
-    async def __call__(self) -> None:
-        if self._done is not None:
-            await self._done.wait()
-            return
-        self._done = anyio.Event()
-        try:
-            await self._action()
-        finally:
-            self._done.set()
 
 
 class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic[ConfigT]):
@@ -163,6 +150,10 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
     """Seconds stdout is still read after the product exited while something else (a
     ``setsid`` tool process) holds it open; what the product wrote is in the pipe by then."""
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
+    offers_ready_starts: ClassVar[bool] = False
+    """``True`` when :meth:`launch` and :meth:`open` depend only on the cwd and this
+    configuration, never on the task: a product can then be started and opened before
+    its task arrives (the configuration's ``warm``; :mod:`dsh_subagent.ready`)."""
     max_task_chars: ClassVar[int | None] = None
     """The product's input limit: the most characters (Unicode code points) its task may
     have, all text blocks together. A longer task is refused before anything starts
@@ -219,6 +210,18 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
     async def spawn(self, spec: SpawnSpec, stderr_observer: StderrObserver) -> ManagedProcess:
         """Start ``spec`` (a seam for tests; the default is :func:`dsh_subprocess.spawn`)."""
         return await spawn(spec, stderr_observer=stderr_observer)
+
+    def confinement_reach(
+        self, launch: Launch, env: Mapping[str, str | None], cwd: str
+    ) -> ProductReach:
+        """What the product needs beyond the system when confined (docs/security.md).
+
+        ``env`` is the run's overlay (``launch.env`` under the instance's ``env``). No I/O
+        beyond reading the product's configuration. The
+        default: the launched program's installation and the ports of the overlay's
+        ``*_BASE_URL`` variables. A provider adds its product's home and endpoints.
+        """
+        return default_reach(launch.argv, env)
 
     @property
     def eof_grace(self) -> float:
@@ -307,6 +310,7 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
         texts = one_shot_task_texts(self.prefix, request.prompt)
         self._check_task_length(texts)
         cwd = self._resolve_cwd(request)
+        check_confinement(self.prefix, self.config.confinement)
         resume = session_to_continue(
             request.resume,
             offers=self.offers_continuation,
@@ -315,27 +319,56 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
             has_session=lambda session: self.has_session(session, cwd),
         )
         report_stage("launch")
+        # A ready product was spawned for no particular answer shape: a typed delegation
+        # (whose launch may carry the schema) always starts cold.
+        if resume is None and request.output_schema is None:
+            claimed = claim_ready(self, (cwd, request.progress_commands))
+            if claimed is not None:
+                return await publish_claimed(self, request, claimed, texts, clock)
+        spec, scratch = self._spawn_spec(cwd, resume, request.output_schema)
+        run_id = str(uuid.uuid4())
+        try:
+            child = await self._start_child(request, spec, cwd, run_id, texts, clock, resume)
+        except BaseException:
+            scratch.remove()  # the rollback ended the whole tree
+            raise
+        child.scratch = scratch
+        return self._publish(request, child, clock)
+
+    def _spawn_spec(
+        self, cwd: str, resume: str | None, output_schema: OutputSchema | None = None
+    ) -> tuple[SpawnSpec, RunScratch]:
+        """The spawn of one product tree in ``cwd`` (a cold start's and a ready one's)."""
+        scratch = RunScratch(None)
         try:
             launch = self.launch(cwd) if resume is None else self.launch_continuation(cwd, resume)
-            if request.output_schema is not None:
-                schema = output_json_schema(request.output_schema)
+            if output_schema is not None:
+                schema = output_json_schema(output_schema)
                 launch = self.launch_structured(launch, cwd, resume, schema)
+            env = {**launch.env, **self.config.env}
+            scratch = RunScratch.make(self.config.confinement, env)
+            env.update(scratch.env)
             spec = SpawnSpec(
                 argv=tuple(launch.argv),
                 cwd=cwd,
-                env={**launch.env, **self.config.env},
+                env=env,
                 stdin="pipe",
                 stdout="pipe",
                 stderr="pipe",
                 grace=self.config.dispose_grace,
+                confinement=run_policy(
+                    self.config.confinement,
+                    self.confinement_reach(launch, env, cwd),
+                    cwd=cwd,
+                    env=env,
+                ),
             )
         except Exception as exc:
+            scratch.remove()
             raise ProductStartError(
                 self._line(ProductFailure(self.product, "launch", "unknown"))
             ) from exc
-        run_id = str(uuid.uuid4())
-        child = await self._start_child(request, spec, cwd, run_id, texts, clock, resume)
-        return self._publish(request, child, clock)
+        return spec, scratch
 
     def _check_task_length(self, texts: list[str]) -> None:
         limit = self.max_task_chars
@@ -386,27 +419,19 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
                     if manager is not None:
                         admission = await gate.enter_async_context(manager)
                     if request.cancel.aborted:
-                        raise _Cancelled
+                        raise Cancelled
                     report_stage("spawn")
                     with anyio.CancelScope(shield=True):  # a spawn is quick and atomic
                         process = await self._spawn(spec, run_id)
-                    child = ProductChild(
-                        product=self.product,
-                        process=process,
-                        cwd=cwd,
-                        run_id=run_id,
-                        task_texts=texts,
-                        stage=self.open_stage,
-                        grace=self.config.dispose_grace,
-                        exit_drain=self.exit_drain,
-                        max_line_bytes=self.max_line_bytes,
-                        malformed=self.malformed_lines,
-                        admission=admission,
-                        progress=ProgressStream(),
-                        include_commands=request.progress_commands,
-                        resume=resume,
+                    child = self._new_child(
+                        process,
+                        cwd,
+                        run_id,
+                        texts,
+                        admission,
+                        request.progress_commands,
+                        resume,
                         output_schema=request.output_schema,
-                        response_timeout=self.config.response_timeout_seconds,
                     )
                     clock.attach(child.lines)
                     report_stage(self.open_stage)
@@ -415,7 +440,7 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
                     stage = child.stage if child is not None else "spawn"
                     raise ProductFailureError(ProductFailure(self.product, stage, clock.expired()))
                 if startup.cancelled_caught or request.cancel.aborted:
-                    raise _Cancelled
+                    raise Cancelled
             except BaseException as exc:
                 await self._roll_back(child, exc, request)
         finally:
@@ -424,6 +449,36 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
                 await gate.aclose()
         assert child is not None
         return child
+
+    def _new_child(
+        self,
+        process: ManagedProcess,
+        cwd: str,
+        run_id: str,
+        texts: list[str],
+        admission: object,
+        include_commands: bool,
+        resume: str | None,
+        output_schema: OutputSchema | None = None,
+    ) -> ProductChild:
+        return ProductChild(
+            product=self.product,
+            process=process,
+            cwd=cwd,
+            run_id=run_id,
+            task_texts=texts,
+            stage=self.open_stage,
+            grace=self.config.dispose_grace,
+            exit_drain=self.exit_drain,
+            max_line_bytes=self.max_line_bytes,
+            malformed=self.malformed_lines,
+            admission=admission,
+            progress=ProgressStream(),
+            include_commands=include_commands,
+            resume=resume,
+            output_schema=output_schema,
+            response_timeout=self.config.response_timeout_seconds,
+        )
 
     async def _spawn(self, spec: SpawnSpec, run_id: str) -> ManagedProcess:
         try:
@@ -438,48 +493,14 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
         error: BaseException,
         request: ResolvedSubagentStartRequest,
     ) -> NoReturn:
-        cancelled = isinstance(error, _Cancelled) or (
-            isinstance(error, Exception) and request.cancel.aborted
-        )
-        with anyio.CancelScope(shield=True):
-            line = None
-            if isinstance(error, Exception) and not cancelled:
-                failure, detail = await failure_of(self.product, child, error, publishing=False)
-                line = self._line(failure, detail)
-            if child is not None:
-                try:
-                    await self._release(child)
-                except Exception as teardown_exc:
-                    teardown = self._teardown_line(child)
-                    first = self._cancelled_message() if cancelled or line is None else line
-                    kind = StartCancelledError if cancelled else ProductStartError
-                    raise kind(f"{first}; {teardown}", rollback_failed=True) from (
-                        BaseExceptionGroup("startup and rollback failed", [error, teardown_exc])
-                    )
-        if not isinstance(error, Exception):
-            raise error  # the caller's own cancellation propagates after the rollback
-        if cancelled:
-            raise StartCancelledError(self._cancelled_message()) from error
-        if (
-            isinstance(error, ProductFailureError)
-            and error.failure.category == CONTINUATION_UNAVAILABLE_CATEGORY
-        ):
-            raise ContinuationUnavailableError(CONTINUATION_UNAVAILABLE_MESSAGE) from error
-        assert line is not None
-        if (
-            isinstance(error, ProductFailureError)
-            and error.failure.category == CONTINUATION_UNSUPPORTED_CATEGORY
-        ):
-            code = SubagentErrorCode.UNSUPPORTED_CAPABILITY
-            raise ProductStartError(line, code=code) from error
-        raise ProductStartError(line) from error
+        await roll_back(self, child, error, request)
 
     # -- the published run --------------------------------------------------------------
 
     def _publish(
         self, request: ResolvedSubagentStartRequest, child: ProductChild, clock: BudgetClock
     ) -> SubagentRun:
-        state = _RunState()
+        state = RunState()
 
         async def attempt() -> SubagentResult:
             child.stage = self.run_stage
@@ -532,7 +553,7 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
                 diagnostic(),
             )
 
-        interrupt = _Once(lambda: self._interrupt_bounded(child))
+        interrupt = Once(lambda: self._interrupt_bounded(child))
 
         async def teardown() -> None:
             if not state.finished:
@@ -587,13 +608,6 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
                     except Exception:  # terminate() below still ends the tree
                         _log.debug("%s: waiting for an exit on EOF failed", self.prefix)
             await child.process.terminate()
+            child.scratch.remove()  # nothing of the tree is alive to use it
         finally:
             child.process.detach_stderr_observer()
-
-
-class _RunState:
-    __slots__ = ("failure", "finished")
-
-    def __init__(self) -> None:
-        self.failure: tuple[ProductFailure, str | None] | None = None
-        self.finished = False

@@ -14,6 +14,7 @@ from dsh_subprocess import ExitFacts, ManagedProcess
 from pydantic import BaseModel, JsonValue
 
 from dsh_subagent.config_fields import DEFAULT_RESPONSE_TIMEOUT
+from dsh_subagent.confinement import RunScratch
 from dsh_subagent.diagnostics import ProductFailure, format_product_failure
 from dsh_subagent.errors import ProductFailureError
 from dsh_subagent.lines import LineReader, LineTooLongError, MalformedLineError, MalformedLinePolicy
@@ -124,6 +125,8 @@ class ProductChild:
         self.progress = progress if progress is not None else ProgressStream()
         self.include_commands = include_commands
         self.response_timeout = response_timeout
+        self.scratch = RunScratch(None)
+        """The run's private temporary directory (removed with the tree); set by the runtime."""
         self.lines = LineReader(
             process.stdout_until_exit(exit_drain) if process.stdout is not None else _NoStdout(),
             max_line_bytes=max_line_bytes,

@@ -22,12 +22,13 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
+from dsh_subagent.diagnostics import ProductFailure
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.run_handle import SubprocessRunHandle
 from dsh_subagent.settlement import LocalCancellation, settle_run_result
 from dsh_subagent.types import ContentBlock, ResolvedSubagentStartRequest, SubagentResult
 
-__all__ = ["publish_run"]
+__all__ = ["Once", "RunState", "publish_run"]
 
 
 def _no_output() -> tuple[ContentBlock, ...]:
@@ -106,3 +107,31 @@ def publish_run(
         local.request_cancel()
     request.task_group.start_soon(handle.drive, settle)
     return handle
+
+
+class Once:
+    """An async action run at most once; later callers wait for the first run."""
+
+    def __init__(self, action: Callable[[], Awaitable[None]]) -> None:
+        self._action = action
+        self._done: anyio.Event | None = None
+
+    async def __call__(self) -> None:
+        if self._done is not None:
+            await self._done.wait()
+            return
+        self._done = anyio.Event()
+        try:
+            await self._action()
+        finally:
+            self._done.set()
+
+
+class RunState:
+    """What the published run of a product provider has settled so far."""
+
+    __slots__ = ("failure", "finished")
+
+    def __init__(self) -> None:
+        self.failure: tuple[ProductFailure, str | None] | None = None
+        self.finished = False

@@ -47,7 +47,9 @@ from dsh_subagent.events import (
     render_error,
 )
 from dsh_subagent.observe import RunObservation, notify, observing_start, open_observations
+from dsh_subagent.product import ProductProvider
 from dsh_subagent.progress import ProgressStream
+from dsh_subagent.ready import ReadyPool, ready_pool_for
 from dsh_subagent.structured import StructuredRun, check_output_schema
 from dsh_subagent.types import (
     ERROR,
@@ -60,6 +62,7 @@ from dsh_subagent.types import (
     SubagentStartRequest,
 )
 from dsh_subagent.utf8 import check_request_text
+from dsh_subagent.workdir import resolve_child_cwd
 
 __all__ = [
     "MAX_SAFE_INTEGER",
@@ -226,6 +229,7 @@ class SubagentService:
         self._idle: anyio.Event | None = None
         self._starting = 0
         self._starts_idle: anyio.Event | None = None
+        self._pools: dict[str, ReadyPool] = {}
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -253,6 +257,7 @@ class SubagentService:
                 # the closing flag and tear their run down) before it stops.
                 with anyio.move_on_after(SHUTDOWN_DRAIN_SECONDS):
                     await self._wait_for_starts()
+                await self._close_pools()
                 await self._dispose_live(failures)
                 with anyio.move_on_after(SHUTDOWN_DRAIN_SECONDS):
                     await self._drain()
@@ -279,6 +284,13 @@ class SubagentService:
         async with anyio.create_task_group() as group:
             for run in list(self._live.values()):
                 group.start_soon(dispose, run)
+
+    async def _close_pools(self) -> None:
+        # ready:close-leaves-nothing: every idle or half-prepared product's tree ends.
+        pools, self._pools = list(self._pools.values()), {}
+        async with anyio.create_task_group() as group:
+            for pool in pools:
+                group.start_soon(pool.aclose)
 
     async def _wait_for_starts(self) -> None:
         while self._starting:
@@ -414,7 +426,8 @@ class SubagentService:
         )
         self._starting += 1
         try:
-            inner = await provider.start(resolved)
+            with ready_pool_for(self._pool_of(name, provider, task_group)):
+                inner = await provider.start(resolved)
         finally:
             self._starting -= 1
             if self._starting == 0 and self._starts_idle is not None:
@@ -435,6 +448,56 @@ class SubagentService:
                     )
             raise RuntimeError("SubagentService closed while the run was starting")
         return self._publish(name, inner, request.parent, task_group, observations)
+
+    def _pool_of(
+        self, name: str, provider: SubagentProvider, task_group: TaskGroup
+    ) -> ReadyPool | None:
+        pool = self._pools.get(name)
+        if pool is not None and pool.provider is provider:
+            return pool
+        if not isinstance(provider, ProductProvider) or self._closing:
+            return None
+        warm = provider.config.warm
+        if warm == 0 or not provider.offers_ready_starts:
+            return None
+        if pool is not None:  # the name was registered again with another instance
+            task_group.start_soon(pool.aclose)
+        pool = self._pools[name] = ReadyPool(provider, warm, task_group)
+        return pool
+
+    def ready_pool(self, name: str) -> ReadyPool | None:
+        """The ready products kept for the provider registered as ``name``, if any.
+
+        A pool exists once the instance (``warm`` > 0, a provider that offers ready
+        starts) served a delegation or :meth:`keep_ready` named it.
+        """
+        return self._pools.get(name)
+
+    def keep_ready(self, name: str, cwd: str, *, progress_commands: bool = False) -> bool:
+        """Start preparing ``name``'s ready products for delegations in ``cwd`` now.
+
+        Without it the pool learns the cwd from the first delegation (which starts
+        cold). Returns whether anything is kept ready (``False`` for an instance with
+        ``warm = 0``, a provider that does not offer ready starts, an unknown name or a
+        cwd that is not a usable directory).
+
+        Raises:
+            RuntimeError: The service is not running.
+        """
+        task_group = self._task_group
+        if task_group is None or self._closing:
+            raise RuntimeError("SubagentService is not running (use `async with service:`)")
+        provider = self._providers.get(name)
+        pool = None if provider is None else self._pool_of(name, provider, task_group)
+        if pool is None:
+            return False
+        assert isinstance(provider, ProductProvider)
+        try:
+            resolved = resolve_child_cwd(provider.prefix, provider.config.cwd, cwd)
+        except SubagentError:
+            return False  # a delegation there fails with the cwd's own message
+        pool.prepare((resolved, progress_commands))
+        return True
 
     def _closed_meanwhile(self) -> bool:
         # A method, not an inline check: the flag changes across the await above.

@@ -1,0 +1,80 @@
+"""What an ACP agent may reach when confined: its installation, its runtime, its home
+and the model endpoints its configuration names (see docs/security.md)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from dsh_subagent import ProductReach, default_reach, program_install, toml_endpoint_ports
+from dsh_subprocess import child_env
+
+__all__ = ["DEFAULT_AGENT_PORT", "KNOWN_HOMES", "PTY_AGENTS", "agent_reach"]
+
+DEFAULT_AGENT_PORT = 443
+"""The port allowed when nothing in the configuration names an endpoint: HTTPS, where
+every hosted model API the known agents use listens."""
+
+KNOWN_HOMES: Mapping[str, tuple[str, str]] = {
+    "codex": ("CODEX_HOME", ".codex"),
+    "gemini": ("GEMINI_CLI_HOME", ".gemini"),
+    "claude": ("CLAUDE_CONFIG_DIR", ".claude"),
+}
+"""A known agent (by a word in its command's name): the variable naming its home and
+the home's default name under ``$HOME``. The home is written (sessions, logs)."""
+
+PTY_AGENTS: tuple[str, ...] = ("codex",)
+"""Known agents (by a word in the command's name) that run commands on a pseudo-terminal."""
+
+_RUNTIMES = ("node", "bun", "deno", "python3", "python")
+
+
+def _interpreter(program: str) -> str | None:
+    """The runtime a script's ``#!`` line names (``#!/usr/bin/env node`` → ``node``)."""
+    try:
+        with open(program, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    for word in words:
+        name = os.path.basename(word)
+        if name in _RUNTIMES:
+            return word if os.path.isabs(word) else name
+    return None
+
+
+def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductReach:
+    """The agent's installation (its command's directory and package, resolved through
+    symlinks), the runtime a script's ``#!`` line names, its home when it is a known
+    agent, and the ports of ``*_BASE_URL`` variables and of a Codex home's
+    ``config.toml`` (443 when none is named); pseudo-terminals for a known agent that runs
+    commands on one."""
+    base = default_reach(argv, env)
+    child = child_env(env)
+    search = child.get("PATH")
+    read = list(base.read)
+    found = argv[0] if os.path.isabs(argv[0]) else None
+    if found is None and base.read:
+        found = os.path.join(base.read[0], os.path.basename(argv[0]))
+    runtime = _interpreter(found) if found else None
+    if runtime is not None:
+        read += program_install(runtime, search)
+    write: list[str] = []
+    command = os.path.basename(argv[0]).lower()
+    home_root = child.get("HOME") or os.path.expanduser("~")
+    for word, (variable, default) in KNOWN_HOMES.items():
+        if word in command:
+            write.append(child.get(variable) or os.path.join(home_root, default))
+    ports = set(base.connect_ports)
+    codex_home = child.get("CODEX_HOME")
+    if codex_home:
+        ports |= toml_endpoint_ports(os.path.join(codex_home, "config.toml")) or set()
+    return ProductReach(
+        read=tuple(read),
+        write=tuple(write),
+        connect_ports=tuple(sorted(ports or {DEFAULT_AGENT_PORT})),
+        pseudo_terminals=any(word in command for word in PTY_AGENTS),
+    )

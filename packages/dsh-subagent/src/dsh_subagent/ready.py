@@ -1,0 +1,311 @@
+"""Ready products: started and past their handshake before the task arrives.
+
+A provider instance whose configuration sets ``warm = N`` (and whose provider declares
+``offers_ready_starts``) gets a :class:`ReadyPool` from the service that runs it: up to
+``N`` products spawned exactly as a cold start spawns them (the instance's scrubbed
+environment, its confinement, the host-death guard) and taken through ``open()``. A
+delegation claims one and a replacement starts in the background.
+
+The rules (docs/rules.md):
+
+* ``ready:one-delegation-per-product``: a claimed product leaves the pool for good; it
+  serves exactly one delegation and its tree ends as a cold run's does.
+* ``ready:indistinguishable``: the claimed product is handed the task, the budget and
+  the run id exactly where a cold start would be after ``open()``; the result,
+  diagnostic, usage and events are a cold run's.
+* ``ready:never-fails-a-delegation``: a product that died while idle, or whose
+  preparation failed, is never claimed: the delegation starts cold (counted in
+  :class:`ReadyStats` and logged on ``dsh_subagent``).
+* ``ready:keyed``: a product is prepared for what a cold start fixes at spawn (the cwd,
+  whether progress carries commands) and only claimed by a delegation with the same
+  values; a continuation always starts cold.
+* ``ready:close-leaves-nothing``: closing the pool (the service's exit) ends every idle
+  and every half-prepared product's whole tree; a host killed outright leaves none
+  either (each tree has dsh-subprocess's host-death guard).
+
+The pool reaches the provider through a context variable the service sets around
+``provider.start()``: the provider's ``start()`` signature stays the plugin contract's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from dsh_subagent.errors import StartCancelledError
+from dsh_subagent.product_child import ProductChild
+
+if TYPE_CHECKING:
+    from dsh_subagent.budget import BudgetClock
+    from dsh_subagent.product import ProductProvider
+    from dsh_subagent.types import ResolvedSubagentStartRequest, SubagentRun
+
+__all__ = [
+    "ReadyKey",
+    "ReadyPool",
+    "ReadyStats",
+    "claim_ready",
+    "prepare_product",
+    "publish_claimed",
+    "ready_pool_for",
+]
+
+_log = logging.getLogger("dsh_subagent")
+
+ReadyKey = tuple[str, bool]
+"""What a ready product is prepared for: (the cwd, whether progress carries commands)."""
+
+_current: ContextVar[ReadyPool | None] = ContextVar("dsh_ready_pool", default=None)
+
+
+@dataclass
+class ReadyStats:
+    """Counters of one pool (all monotonic).
+
+    Attributes:
+        prepared: Products that became ready.
+        claimed: Delegations served by a ready product.
+        cold: Delegations that found no ready product for their key and started cold.
+        fallbacks: Ready products found dead at claim (the delegation started cold).
+        failed: Preparations that failed (spawn or handshake); none was claimed.
+    """
+
+    prepared: int = 0
+    claimed: int = 0
+    cold: int = 0
+    fallbacks: int = 0
+    failed: int = 0
+
+
+def _alive(child: ProductChild) -> bool:
+    # The guard's status report first (free); then the tree itself, for a product killed
+    # so recently that its guard has not reported yet.
+    return child.exit_facts is None and child.process.tree_alive()
+
+
+class ReadyPool:
+    """Up to ``size`` ready products of one provider instance, for one key at a time.
+
+    The key follows the delegations: a claim for another key releases the products
+    prepared for the old one and prepares for the new one, so an instance never holds
+    more than ``size`` idle products. Background work runs in ``task_group`` (the
+    service's) and never raises into it.
+    """
+
+    def __init__(self, provider: ProductProvider[Any], size: int, task_group: TaskGroup) -> None:
+        self.provider = provider
+        self.size = size
+        self.stats = ReadyStats()
+        self._task_group = task_group
+        self._key: ReadyKey | None = None
+        self._idle: list[ProductChild] = []
+        self._preparing = 0
+        self._stalled = False
+        self._closed = False
+        self._scopes: set[anyio.CancelScope] = set()
+        self._busy = 0
+        self._quiet: anyio.Event | None = None
+        self._changed = anyio.Event()
+
+    @property
+    def idle(self) -> tuple[ProductChild, ...]:
+        """The products ready now (for tests and measurements)."""
+        return tuple(self._idle)
+
+    async def wait_ready(self) -> bool:
+        """Wait until the pool is full for its key, or no preparation is under way
+        (one failed, or the pool closed); returns whether it is full."""
+        while len(self._idle) < self.size and self._preparing and not self._closed:
+            self._changed = anyio.Event()
+            await self._changed.wait()
+        return len(self._idle) >= self.size
+
+    def prepare(self, key: ReadyKey) -> None:
+        """Keep products ready for ``key`` from now on (a surface that knows its cwd)."""
+        if self._closed:
+            return
+        if key != self._key:
+            stale, self._idle = self._idle, []
+            for child in stale:
+                self._background(self._release_quietly, child)
+            self._key = key
+        self._stalled = False  # a failed preparation is retried once per claim, not in a loop
+        self._refill()
+
+    def claim(self, key: ReadyKey) -> ProductChild | None:
+        """Take a live product prepared for ``key`` out of the pool, or ``None`` (start
+        cold); either way the pool refills for ``key`` in the background."""
+        if self._closed:
+            return None
+        self.prepare(key)
+        while self._idle:
+            child = self._idle.pop(0)
+            if _alive(child):
+                self.stats.claimed += 1
+                self._refill()
+                return child
+            self.stats.fallbacks += 1
+            _log.warning(
+                '%s "%s": a ready product (pid %d) died while idle; the delegation starts cold',
+                self.provider.prefix,
+                self.provider.name,
+                child.process.pid,
+            )
+            self._background(self._release_quietly, child)
+        self.stats.cold += 1
+        self._refill()
+        return None
+
+    async def aclose(self) -> None:
+        """End every ready and half-prepared product's tree; nothing is prepared again."""
+        self._closed = True
+        for scope in list(self._scopes):
+            scope.cancel()
+        idle, self._idle = self._idle, []
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as group:
+                for child in idle:
+                    group.start_soon(self._release_quietly, child)
+            while self._busy:
+                self._quiet = anyio.Event()
+                await self._quiet.wait()
+
+    # -- background ---------------------------------------------------------------------
+
+    def _refill(self) -> None:
+        key = self._key
+        while (
+            key is not None
+            and not self._closed
+            and not self._stalled
+            and len(self._idle) + self._preparing < self.size
+        ):
+            self._preparing += 1
+            self._background(self._prepare_one, key)
+
+    def _background(self, work: Any, *args: Any) -> None:
+        self._busy += 1
+
+        async def run() -> None:
+            try:
+                await work(*args)
+            except Exception as exc:  # never into the service's task group
+                _log.error("%s: ready-product work failed: %r", self.provider.prefix, exc)
+            finally:
+                self._busy -= 1
+                if self._busy == 0 and self._quiet is not None:
+                    self._quiet.set()
+
+        self._task_group.start_soon(run)
+
+    async def _prepare_one(self, key: ReadyKey) -> None:
+        scope = anyio.CancelScope()
+        self._scopes.add(scope)
+        child: ProductChild | None = None
+        try:
+            with scope:
+                child = await prepare_product(self.provider, key)
+        except Exception as exc:
+            self.stats.failed += 1
+            self._stalled = True
+            _log.warning(
+                '%s "%s": preparing a ready product failed (%s); delegations start cold',
+                self.provider.prefix,
+                self.provider.name,
+                exc,
+            )
+        finally:
+            self._scopes.discard(scope)
+            self._preparing -= 1
+            self._changed.set()
+        if child is None:
+            return
+        if self._closed or key != self._key:
+            await self._release_quietly(child)
+            return
+        self.stats.prepared += 1
+        self._idle.append(child)
+        self._changed.set()
+
+    async def _release_quietly(self, child: ProductChild) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.provider._release(child)
+            except Exception as exc:
+                _log.error(
+                    "%s: ending a ready product's tree failed: %r", self.provider.prefix, exc
+                )
+
+
+def claim_ready(provider: ProductProvider[Any], key: ReadyKey) -> ProductChild | None:
+    """The ready product the running service holds for ``provider`` and ``key``, if any."""
+    pool = _current.get()
+    if pool is None or pool.provider is not provider:
+        return None
+    return pool.claim(key)
+
+
+@contextlib.contextmanager
+def ready_pool_for(pool: ReadyPool | None) -> Iterator[None]:
+    """Make ``pool`` the one ``provider.start()`` claims from (the service's seam)."""
+    token = _current.set(pool)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+async def prepare_product(provider: ProductProvider[Any], key: ReadyKey) -> ProductChild:
+    """Spawn and open one product for ``key`` as a cold start does, before any task.
+
+    The spawn, the admission gate and ``open()`` are the cold start's; the run id is
+    drawn now (the product's stderr lines carry it). On any failure or cancellation the
+    whole tree is ended before the error propagates.
+    """
+    cwd, include_commands = key
+    spec, scratch = provider._spawn_spec(cwd, None)
+    run_id = str(uuid.uuid4())
+    child: ProductChild | None = None
+    try:
+        async with contextlib.AsyncExitStack() as gate:
+            manager = provider.admission(cwd)
+            admission = None if manager is None else await gate.enter_async_context(manager)
+            with anyio.CancelScope(shield=True):  # a spawn is quick and atomic
+                process = await provider._spawn(spec, run_id)
+            child = provider._new_child(process, cwd, run_id, [], admission, include_commands, None)
+            child.scratch = scratch
+            await provider.open(child)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            if child is None:
+                scratch.remove()
+            else:
+                await provider._release(child)
+        raise
+    return child
+
+
+async def publish_claimed(
+    provider: ProductProvider[Any],
+    request: ResolvedSubagentStartRequest,
+    child: ProductChild,
+    texts: list[str],
+    clock: BudgetClock,
+) -> SubagentRun:
+    """Hand a claimed product its one delegation where a cold start stands after
+    ``open()``: the task, the budget's idle clock, then the cold start's publication."""
+    if request.cancel.aborted:
+        with anyio.CancelScope(shield=True):
+            await provider._release(child)
+        raise StartCancelledError(provider._cancelled_message())
+    child.task_texts = tuple(texts)
+    clock.attach(child.lines)
+    return provider._publish(request, child, clock)
