@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import pytest
 from dsh_subprocess.testing import (
     ProcessWatch,
     become_subreaper,
+    host_descendants,
     reap_adopted_zombies,
 )
 
@@ -168,8 +170,11 @@ def test_the_guard_server_is_never_listed_even_when_a_sample_caught_it_unregiste
     server = _guard_server.acquire()
     assert server is not None
     monkeypatch.setattr(testing, "guard_server_pids", frozenset)  # not registered yet
+    server_children = testing._server_children
+    monkeypatch.setattr(testing, "_server_children", lambda found: frozenset())
     assert [seen.pid for seen in watch.alive()] == [server.pid]
     monkeypatch.setattr(testing, "guard_server_pids", _guard_server.guard_server_pids)
+    monkeypatch.setattr(testing, "_server_children", server_children)
     assert watch.alive() == []
     assert server.alive()
     shutdown()
@@ -201,6 +206,35 @@ def test_a_guard_server_being_replaced_is_never_listed() -> None:
         old.close()
         old.wait(5)
         _guard_server.shutdown_guard_server()
+    assert watch.alive() == []
+
+
+def test_a_server_the_registry_does_not_hold_is_still_never_listed() -> None:
+    # The flake came back once after the registry fix: a full suite listed the host's own
+    # `_guard.py serve` child. A direct child of the host with the server's argv is a
+    # server whatever the registry held when it was read; here one is started by hand.
+    from dsh_subprocess import _guard_server
+
+    watch = ProcessWatch()
+    host_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    lifeline_r, lifeline_w = os.pipe()
+    argv = [sys.executable, "-I", "-S", _guard_server.GUARD_PATH, "serve"]
+    server = subprocess.Popen(  # noqa: TID251 - a server the registry never saw
+        [*argv, str(server_end.fileno()), str(lifeline_r)],
+        pass_fds=(server_end.fileno(), lifeline_r),
+        start_new_session=True,
+    )
+    server_end.close()
+    os.close(lifeline_r)
+    try:
+        assert server.pid not in _guard_server.guard_server_pids()
+        assert psutil.Process(server.pid).ppid() == os.getpid()
+        assert watch.alive() == []
+        assert server.pid not in {proc.pid for proc in host_descendants()}
+    finally:
+        host_end.close()
+        os.close(lifeline_w)  # the server's lifeline ends: it exits
+        server.wait(30)
     assert watch.alive() == []
 
 

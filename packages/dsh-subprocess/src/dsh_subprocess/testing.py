@@ -161,8 +161,26 @@ def host_descendants() -> list[psutil.Process]:
         return []
     # Read after the listing: a server started meanwhile is registered by now, so it is
     # never listed (a watch would otherwise remember it as a process that started).
-    servers = guard_server_pids()
+    servers = guard_server_pids() | _server_children(found)
     return [proc for proc in found if proc.pid not in servers and _is_live(proc)]
+
+
+def _server_children(found: Iterable[psutil.Process]) -> frozenset[int]:
+    """This host's direct children running the guard in server mode.
+
+    The registry can miss one (a server being started or replaced when it was read), yet
+    a direct child of the host with the server's argv is a server and never a leftover;
+    a served guard's parent is its server, not the host, so it still counts.
+    """
+    me = os.getpid()
+    servers: set[int] = set()
+    for proc in found:
+        try:
+            if proc.ppid() == me and _is_guard(proc) and proc.cmdline()[4] == "serve":
+                servers.add(proc.pid)
+        except (psutil.Error, IndexError):
+            continue
+    return frozenset(servers)
 
 
 def _is_guard(proc: psutil.Process) -> bool:
@@ -268,6 +286,7 @@ class ProcessWatch:
                     continue
                 if (seen := _sighting(proc, self._seen.get(key))) is not None:
                     self._seen[key] = seen
+            servers |= _server_children(seen.process for seen in self._seen.values())
             return [
                 seen
                 for key, seen in self._seen.items()
