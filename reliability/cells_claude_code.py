@@ -239,13 +239,14 @@ def claude_code_cells() -> list[Cell]:
             completed,
         ),
         # README: "missing-result: the stream ended with no result"; an exit 0 ends the
-        # stream normally, so the provider reports missing-result rather than process-exit
-        # (the runtime merges the observed clean exit into the line).
+        # stream normally, so the provider reports missing-result rather than process-exit,
+        # and the line carries no exit code: the exit is not part of that failure, as in
+        # the peer's line (docs/rules.md, diagnostic:fixed-line).
         Cell(
             "claude-code",
             "clean-exit-without-terminal",
             "query-run",
             then(clean_exit),
-            (Outcome("error", "query-run", "missing-result", 0),),
+            (Outcome("error", "query-run", "missing-result"),),
         ),
     ]

@@ -90,6 +90,14 @@ class FakeSetup:
         ]
         return [sys.executable, "-I", "-S", HOSTILE, json.dumps(actions)]
 
+    def confinement(self) -> dict[str, Any]:
+        """The fakes' own reach under the default confinement, as a user would grant it.
+
+        The fakes are scripts of this checkout run by this interpreter, and they write
+        their markers, logs and records under the cell's root: outside the workspace.
+        """
+        return {"read": [str(ROOT), sys.prefix, sys.base_prefix], "write": [str(self.root)]}
+
     def env(self) -> dict[str, str | None]:
         """The provider's env overlay: the env secret and nothing credential-shaped."""
         return {ENV_NAME: self.planted.env}
@@ -115,6 +123,7 @@ class FakeSetup:
 
         config.setdefault("dispose_grace", GRACE)
         config.setdefault("env", self.env())
+        config.setdefault("confinement", self.confinement())
         return HostileCodexProvider(CodexConfig(**config))
 
     def claude(self, steps: Sequence[dict[str, Any]], **config: Any) -> ClaudeCodeProvider:
@@ -130,6 +139,7 @@ class FakeSetup:
             return prefix
 
         config.setdefault("dispose_grace", GRACE)
+        config.setdefault("confinement", self.confinement())
         return ClaudeCodeProvider(ClaudeCodeConfig(env=env, **config), cli_prefix=cli_prefix)
 
     def acp(self, script: dict[str, Any], **config: Any) -> AcpProvider:
@@ -140,6 +150,7 @@ class FakeSetup:
         prefix = self._prefix()
         config.setdefault("dispose_grace", GRACE)
         config.setdefault("dispose_eof_grace", GRACE)
+        config.setdefault("confinement", self.confinement())
         return AcpProvider(
             AcpConfig(
                 command=prefix[0],
