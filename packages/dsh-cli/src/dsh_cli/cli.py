@@ -23,7 +23,8 @@ import anyio
 from pydantic import JsonValue
 
 from dsh_cli.agents_command import add_agents_parser, cmd_agents
-from dsh_cli.batch import add_batch_parser, cmd_batch
+from dsh_cli.batch import cmd_batch
+from dsh_cli.batch_options import add_batch_parser
 from dsh_cli.confinement import policy_lines
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import DshCliError

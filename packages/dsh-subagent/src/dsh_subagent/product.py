@@ -78,6 +78,7 @@ from dsh_subagent.observe import report_stage
 from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild, failure_of
 from dsh_subagent.product_output import ProductOutputHooks
 from dsh_subagent.product_rollback import Cancelled, roll_back
+from dsh_subagent.product_stderr import stderr_logger
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
 from dsh_subagent.publication import Once, RunState, publish_run
@@ -386,16 +387,6 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
     def _resolve_cwd(self, request: ResolvedSubagentStartRequest) -> str:
         return resolve_child_cwd(self.prefix, self.config.cwd, request.parent.cwd)
 
-    def _stderr_logger(self, run_id: str) -> StderrObserver:
-        logger = logging.getLogger(f"dsh.product.{_slug(self.product)}")
-        extra = {"provider": self.name, "run_id": run_id}
-
-        def observe(line: str) -> None:
-            # The line is the message, unchanged and never parsed (no %-formatting: no args).
-            logger.info(line, extra=extra)
-
-        return observe
-
     async def _start_child(
         self,
         request: ResolvedSubagentStartRequest,
@@ -482,7 +473,7 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
 
     async def _spawn(self, spec: SpawnSpec, run_id: str) -> ManagedProcess:
         try:
-            return await self.spawn(spec, self._stderr_logger(run_id))
+            return await self.spawn(spec, stderr_logger(self.product_slug, self.name, run_id))
         except (SpawnError, OSError) as exc:
             failure = ProductFailure(self.product, "spawn", "spawn-failed")
             raise ProductFailureError(failure) from exc
