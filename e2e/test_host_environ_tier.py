@@ -51,6 +51,9 @@ TASK = "Run the scan, then answer."
 ANSWER = "HOST-ENVIRON-ANSWER"
 TOOL = "subagent"
 PLANTED = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+# This tier is the half of the promise that holds without confinement (a kernel without
+# Landlock, or confinement switched off): the confined half is e2e/test_confinement_tier.py.
+UNCONFINED = {"mode": "off"}
 # Every readable environ and cmdline, searched for any planted value (the pattern never
 # matches its own text); then how many environ files the scan could read at all.
 SCAN = (
@@ -151,7 +154,7 @@ def setup_for(
                 product,
                 root,
                 workspace,
-                {"env": env, "permission_mode": "bypassPermissions"},
+                {"env": env, "permission_mode": "bypassPermissions", "confinement": UNCONFINED},
                 lambda: [r.raw_body for r in claude.message_requests()],
             )
         codex = responses.ResponsesFixture()
@@ -164,7 +167,7 @@ def setup_for(
         responses.write_codex_config(
             codex_env["CODEX_HOME"], codex.base_url, model=model, sandbox_mode="danger-full-access"
         )
-        config: dict[str, Any] = {"env": codex_env}
+        config: dict[str, Any] = {"env": codex_env, "confinement": UNCONFINED}
         if product == "acp":
             codex_env["RUST_LOG"] = "warn"
             config.update(
