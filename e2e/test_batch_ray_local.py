@@ -104,7 +104,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     ready.mkdir()
     profile = root / "profile.toml"
     profile.write_text(
-        '[[providers]]\ntype = "example"\n\n[providers.config.env]\n'
+        # The holding child writes its ready file there: outside its cwd, so the
+        # instance grants it, as a user grants a product's extra path.
+        '[[providers]]\ntype = "example"\n\n[providers.config]\n'
+        f"confinement = {{ write = [{json.dumps(str(ready))}] }}\n\n"
+        "[providers.config.env]\n"
         f"DSH_CONTRACT_READY_DIR = {json.dumps(str(ready))}\n\n"
         '[[tools]]\nname = "subagent_example"\nprovider = "example"\n'
         'background_mode = "disabled"\n',

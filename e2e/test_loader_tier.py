@@ -8,6 +8,7 @@ counter must read zero.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -96,7 +97,10 @@ def test_claude_code_profile_loads_default_codex_and_two_named_claude_instances(
 def test_every_instance_is_out_of_process_with_no_start_capabilities(name: str) -> None:
     comp, _ = _load(name)
     for loaded in comp.providers:
-        assert loaded.provider.capabilities == NO_START_CAPABILITIES
+        # Typed results are the one start capability both products enforce (docs/harness.md,
+        # "Typed results"); every other stays off for an out-of-process product.
+        expected = dataclasses.replace(NO_START_CAPABILITIES, output_schema=True)
+        assert loaded.provider.capabilities == expected
         assert loaded.provider.inherits_parent_context is False
 
 

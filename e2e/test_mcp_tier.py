@@ -35,7 +35,7 @@ import psutil
 import pytest
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES, keyless_products
-from dsh_subagent import delegate
+from dsh_subagent import ConfinementSetting, delegate
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_codex import CodexConfig, CodexProvider
 from dsh_subprocess.testing import ProcessWatch, reap_adopted_zombies, wait_gone
@@ -49,6 +49,7 @@ README = Path(__file__).resolve().parents[1] / "packages" / "dsh-mcp" / "README.
 CODEX_ANSWER = "MCP_CODEX_SENTINEL_0163"
 CLAUDE_ANSWER = "MCP_CLAUDE_CODE_SENTINEL"
 TASK = "Reply with the sentinel and nothing else; this is a keyless MCP check."
+UNCONFINED = ConfinementSetting(mode="off")
 LIFETIME_SECONDS = 2.0
 
 
@@ -332,7 +333,12 @@ def test_the_real_codex_app_server_delegates_to_claude_code_through_dsh_mcp(
         snippet = snippet.replace('command = "dsh"', f"command = {json.dumps(str(DSH))}")
         assert tomllib.loads(snippet)["mcp_servers"]["dsh"]["args"][0] == "mcp"
         config.write_text(config.read_text(encoding="utf-8") + "\n" + snippet, encoding="utf-8")
-        outer = CodexProvider(CodexConfig(provider_name="outer-codex", env=codex_env))
+        # The outer Codex stands for the user's own Codex, which no dsh confines: it is
+        # only run through dsh here to drive it. Confined, it could not start dsh and the
+        # inner products, whose installations are not its own.
+        outer = CodexProvider(
+            CodexConfig(provider_name="outer-codex", env=codex_env, confinement=UNCONFINED)
+        )
         with ProcessWatch() as watch:
             result = anyio.run(
                 functools.partial(
@@ -417,7 +423,8 @@ def test_the_real_claude_code_added_with_claude_mcp_add_delegates_to_codex(
             argv, cwd=products.workspace, env=env, capture_output=True, text=True, timeout=120
         )
         assert added.returncode == 0, added.stderr
-        provider = ClaudeCodeProvider(ClaudeCodeConfig(env=dict(outer.env)))
+        # The user's own Claude Code, run through dsh only to drive it (see above).
+        provider = ClaudeCodeProvider(ClaudeCodeConfig(env=dict(outer.env), confinement=UNCONFINED))
         with ProcessWatch() as watch:
             result = anyio.run(
                 functools.partial(

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import pytest
 from dsh_subagent import (
+    ConfinementSetting,
     ParentContext,
     ProgressEvent,
     SubagentService,
@@ -119,7 +120,15 @@ async def _claude_progress(secret: str, root: Path) -> list[ProgressEvent]:
         "STANDIN_RECORD": str(record),
     }
     provider = ClaudeCodeProvider(
-        ClaudeCodeConfig(env=env, dispose_grace=0.5),
+        # The stand-in is a script of this checkout that writes its record beside the
+        # workspace: the instance grants both, as a user grants a product's extra paths.
+        ClaudeCodeConfig(
+            env=env,
+            dispose_grace=0.5,
+            confinement=ConfinementSetting(
+                read=(str(Path(CLAUDE_STANDIN).parent),), write=(str(record),)
+            ),
+        ),
         cli_prefix=lambda: (sys.executable, CLAUDE_STANDIN),
     )
     request = SubagentStartRequest(

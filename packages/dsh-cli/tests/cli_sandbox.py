@@ -9,6 +9,7 @@ progress events).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -88,10 +89,13 @@ def make_sandbox(tmp_path: Path) -> Sandbox:
         NO_PROXY="",
     )
     profile = tmp_path / "profile.toml"
-    # DSH_* names never pass the scrub on their own: the profile copies them in.
+    # DSH_* names never pass the scrub on their own: the profile copies them in. The
+    # holding child writes its ready file in the sandbox, which is outside a worktree's
+    # cwd: the instance grants it, as a user grants a product's extra path.
     profile.write_text(
         '[[providers]]\ntype = "example"\n'
-        'pass_env = ["DSH_CONTRACT_READY_DIR", "DSH_CONTRACT_STDERR_TEXT"]\n\n'
+        'pass_env = ["DSH_CONTRACT_READY_DIR", "DSH_CONTRACT_STDERR_TEXT"]\n'
+        f"config = {{ confinement = {{ write = [{json.dumps(str(tmp_path))}] }} }}\n\n"
         '[[tools]]\nname = "subagent_example"\nprovider = "example"\n'
         'background_mode = "disabled"\n',
         encoding="utf-8",

@@ -45,6 +45,7 @@ from dsh_subagent import (
     ERROR,
     Budget,
     CancelController,
+    ConfinementSetting,
     ProgressEvent,
     SubagentProvider,
     SubagentResult,
@@ -102,8 +103,15 @@ def _claude(tmp_path: Path, fixture: MessagesFixture) -> ClaudeCodeProvider:
     env: dict[str, str | None] = {**home.env, "PLANTED_VALUE": ENV_SECRET}
     if os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"  # the CLI refuses bypassPermissions as root otherwise
+    # The mid-tool tests' tool reports its pid in tmp_path, outside the workspace: the
+    # instance grants it, as a user grants a product's extra path.
     return ClaudeCodeProvider(
-        ClaudeCodeConfig(env=env, model="claude-haiku-4-5", permission_mode="bypassPermissions")
+        ClaudeCodeConfig(
+            env=env,
+            model="claude-haiku-4-5",
+            permission_mode="bypassPermissions",
+            confinement=ConfinementSetting(write=(str(tmp_path),)),
+        )
     )
 
 

@@ -55,6 +55,9 @@ def test_dsh_run_shows_missing_result_without_exit_code_0(tmp_path: Path) -> Non
     profile.write_text(
         '[[providers]]\ntype = "claude-code-standin"\nprovider_name = "claude-code"\n'
         f"[providers.config]\nenv = {{ STANDIN_SCENARIO = {json.dumps(json.dumps(scenario))} }}\n"
+        # The stand-in CLI is a script of this checkout: the instance grants it, as a user
+        # grants a product installed outside the system directories.
+        f"confinement = {{ read = [{json.dumps(str(STANDIN.parent))}] }}\n"
         '\n[[tools]]\nname = "subagent_claude"\nprovider = "claude-code"\n'
         'background_mode = "disabled"\n',
         encoding="utf-8",
