@@ -109,10 +109,6 @@ ConfigT = TypeVar("ConfigT", bound=ProductConfig)
 _log = logging.getLogger("dsh_subagent")
 
 
-def _slug(product: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", product.lower()).strip("-")
-
-
 class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic[ConfigT]):
     """Base of a provider that runs one product process per delegation.
 
@@ -275,14 +271,14 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
     @property
     def product_slug(self) -> str:
         """The product's name in continuation handles (``codex``, ``claude-code``, ...)."""
-        return _slug(self.product)
+        return re.sub(r"[^a-z0-9]+", "-", self.product.lower()).strip("-")
 
     # -- naming -------------------------------------------------------------------------
 
     @property
     def prefix(self) -> str:
         """The prefix of this provider's messages, ``subagent-<product>``."""
-        return f"subagent-{_slug(self.product)}"
+        return f"subagent-{self.product_slug}"
 
     def _line(self, failure: ProductFailure, detail: str | None = None) -> str:
         return f"{self.prefix}: {format_product_failure(failure, detail)}"
