@@ -33,10 +33,10 @@ from typing import Any, Final
 
 import pytest
 from dsh_cli.demo import deepseek_claude_env
-from dsh_cli.loader import compose
-from dsh_cli.profile import Profile, ProviderRow
-from dsh_cli.runtime import delegate, open_runtime
 from dsh_contract_tests.fixtures import responses
+from dsh_profiles.loader import compose
+from dsh_profiles.profile import Profile, ProviderRow
+from dsh_profiles.runtime import delegate, open_runtime
 from dsh_subagent import COMPLETED, CancelController, ParentContext, SubagentResult
 from dsh_subprocess.testing import ProcessWatch
 

@@ -18,14 +18,14 @@ import anyio
 import psutil
 import pytest
 from dsh_cli.cli import main
-from dsh_cli.loader import load_profile
-from dsh_cli.runtime import open_runtime
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_contract_tests.fixtures.keyless_profile import (
     AMBIENT_MODEL_VARIABLES,
     KeylessProducts,
     keyless_products,
 )
+from dsh_profiles.loader import load_profile
+from dsh_profiles.runtime import open_runtime
 from dsh_subagent import CancelController, ParentContext
 from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_subprocess.testing import ProcessWatch

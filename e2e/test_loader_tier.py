@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 
 import pytest
-from dsh_cli import Composition, load_profile
 from dsh_cli.cli import main
-from dsh_cli.runtime import open_runtime
-from dsh_cli.spawnguard import SpawnCounter
+from dsh_profiles import Composition, load_profile
+from dsh_profiles.runtime import open_runtime
+from dsh_profiles.spawnguard import SpawnCounter
 from dsh_subagent import NO_START_CAPABILITIES
 from dsh_subagent_claude_code import ClaudeCodeConfig, ClaudeCodeProvider
 from dsh_subagent_codex import CodexConfig, CodexProvider

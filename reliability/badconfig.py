@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from dsh_cli import ProfileError, compose, parse_profile
+from dsh_profiles import ProfileError, compose, parse_profile
 from dsh_subagent import (
     CancelController,
     ParentContext,

@@ -12,8 +12,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from dsh_cli.loader import compose
-from dsh_cli.profile import parse_profile
+from dsh_profiles.loader import compose
+from dsh_profiles.profile import parse_profile
 from dsh_subprocess.testing import ProcessWatch
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,11 +16,11 @@ from typing import Any, ClassVar, cast
 
 import anyio
 import pytest
-from dsh_cli import StaticDiscovery, load_profile
 from dsh_cli.batch import FirstStartAlone, run_task, task_cwd
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, UsageTotals, read_tasks
 from dsh_cli.cli import build_parser, main
-from dsh_cli.errors import UsageError
+from dsh_profiles import StaticDiscovery, load_profile
+from dsh_profiles.errors import UsageError
 from dsh_subagent import (
     COMPLETED,
     CancelController,

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from dsh_cli import StaticDiscovery
 from dsh_cli.batch_io import BatchRecord, read_tasks
 from dsh_cli.cli import main
+from dsh_profiles import StaticDiscovery
 from dsh_subagent import (
     ResolvedSubagentStartRequest,
     SubagentCapabilities,

@@ -15,9 +15,9 @@ from typing import ClassVar
 
 import anyio
 import pytest
-from dsh_cli import StaticDiscovery, load_profile, open_runtime
 from dsh_cli.cli import EXIT_CODES, exit_code_for, main
-from dsh_cli.profile import read_profile
+from dsh_profiles import StaticDiscovery, load_profile, open_runtime
+from dsh_profiles.profile import read_profile
 from dsh_subagent import (
     Budget,
     CancelController,

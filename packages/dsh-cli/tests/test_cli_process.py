@@ -93,7 +93,7 @@ def test_ctrl_c_during_a_live_run_cancels_it_exits_130_and_leaves_nothing(
 
 
 @pytest.mark.parametrize(
-    "module", ["dsh_cli.cli", "anyio", "dsh_cli.loader", "anyio._backends._asyncio"]
+    "module", ["dsh_cli.cli", "anyio", "dsh_profiles.loader", "anyio._backends._asyncio"]
 )
 def test_ctrl_c_during_startup_imports_exits_130_quietly(sandbox: Sandbox, module: str) -> None:
     code, out, err = _interrupt_inside_import(sandbox, module)

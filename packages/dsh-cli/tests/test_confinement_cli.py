@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from dsh_cli import StaticDiscovery
 from dsh_cli.cli import main
 from dsh_contract_tests.fixtures.responses import (
     PlainAnswer,
@@ -15,6 +14,7 @@ from dsh_contract_tests.fixtures.responses import (
     codex_keyless_env,
     write_codex_config,
 )
+from dsh_profiles import StaticDiscovery
 from dsh_subagent.testing import Script, ScriptedProvider
 from dsh_subagent_codex import CodexProvider
 from dsh_subprocess import _landlock

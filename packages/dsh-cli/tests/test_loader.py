@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import pytest
-from dsh_cli import ProfileError, StaticDiscovery, compose, load_profile, parse_profile
+from dsh_profiles import ProfileError, StaticDiscovery, compose, load_profile, parse_profile
 from dsh_subagent import (
     NO_START_CAPABILITIES,
     ResolvedSubagentStartRequest,
@@ -218,7 +218,7 @@ def test_not_a_provider_class_is_refused() -> None:
 
 
 def test_import_failure_names_the_row() -> None:
-    from dsh_cli.discovery import ProviderCandidate
+    from dsh_profiles.discovery import ProviderCandidate
 
     def boom() -> object:
         raise ImportError("missing native payload")

@@ -6,7 +6,7 @@ import io
 import logging
 
 import pytest
-from dsh_cli.logs import PRODUCT_LOGGERS, cli_logging
+from dsh_profiles.logs import PRODUCT_LOGGERS, cli_logging
 
 PRODUCT_NAMES = ("dsh.product.codex", "dsh.product.claude-code", "dsh_subprocess.stderr")
 

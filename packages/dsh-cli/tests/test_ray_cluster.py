@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dsh_cli.logs import cli_logging
 from dsh_cli.ray_cluster import (
     cluster_environment,
     import_ray,
     one_line,
     ray_output_as_logging,
 )
+from dsh_profiles.logs import cli_logging
 
 pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
 

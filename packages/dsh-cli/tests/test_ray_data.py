@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dsh_cli.errors import UsageError
 from dsh_cli.ray_data import OUTPUT_COLUMNS, Delegate
+from dsh_profiles.errors import UsageError
 from dsh_subprocess.testing import ProcessWatch
 from dsh_worktree.testing import git_out as _git
 from dsh_worktree.testing import private_git_env, scratch_repository
@@ -212,7 +212,7 @@ def test_a_delegate_built_where_ray_is_imported_but_not_connected_starts_no_ray(
     pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
     code = (
         "import ray, psutil\n"
-        "from dsh_cli.protect import protect_ray_actor_process\n"
+        "from dsh_subprocess.protect import protect_ray_actor_process\n"
         "print(protect_ray_actor_process(), ray.is_initialized(),"
         " len(psutil.Process().children(recursive=True)))\n"
     )

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from dsh_cli.spawnguard import SpawnAttemptError, SpawnCounter
+from dsh_profiles.spawnguard import SpawnAttemptError, SpawnCounter
 
 
 def test_counts_a_real_spawn_and_restores_the_originals() -> None:

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 import pytest
-from dsh_cli import StaticDiscovery, compose, parse_profile
-from dsh_cli.warm import Warm, add_warm_flag, batch_warm, warm_from_flag
+from dsh_profiles import StaticDiscovery, compose, parse_profile
+from dsh_profiles.warm import Warm, add_warm_flag, batch_warm, warm_from_flag
 from dsh_subagent_codex import CodexConfig, CodexProvider
 from test_loader import AlphaConfig, AlphaProvider
 

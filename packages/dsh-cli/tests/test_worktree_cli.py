@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from dsh_cli import Composition, ProfileError, StaticDiscovery, load_profile, open_runtime
 from dsh_cli.cli import main
+from dsh_profiles import Composition, ProfileError, StaticDiscovery, load_profile, open_runtime
 from dsh_subagent import (
     CancelController,
     ParentContext,

@@ -11,8 +11,8 @@ import subprocess
 
 import anyio
 import pytest
-from dsh_cli.loader import load_profile
-from dsh_cli.runtime import open_runtime
+from dsh_profiles.loader import load_profile
+from dsh_profiles.runtime import open_runtime
 from dsh_subagent import CancelController, ParentContext
 from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_subprocess.testing import ProcessWatch

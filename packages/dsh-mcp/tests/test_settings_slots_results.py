@@ -8,7 +8,6 @@ from pathlib import Path
 import anyio
 import mcp_types as types
 import pytest
-from dsh_cli.errors import ProfileError, UsageError
 from dsh_mcp.results import (
     MAX_PROGRESS_MESSAGE_CHARS,
     delegation_result,
@@ -17,6 +16,7 @@ from dsh_mcp.results import (
 )
 from dsh_mcp.settings import McpSettings, resolve_settings
 from dsh_mcp.slots import DelegationSlots, busy_message
+from dsh_profiles.errors import ProfileError, UsageError
 from dsh_subagent import (
     AssistantText,
     FileChanged,

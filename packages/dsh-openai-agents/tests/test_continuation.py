@@ -23,7 +23,6 @@ from agents.testing import (
     assistant_message,
     function_call,
 )
-from dsh_cli import load_profile, open_runtime
 from dsh_contract_tests.fixtures import responses
 from dsh_contract_tests.fixtures.keyless_profile import (
     AMBIENT_MODEL_VARIABLES,
@@ -31,6 +30,7 @@ from dsh_contract_tests.fixtures.keyless_profile import (
     keyless_products,
 )
 from dsh_openai_agents import SubagentFunctionTools
+from dsh_profiles import load_profile, open_runtime
 from dsh_subagent import CONTINUE_ID_REFUSED, ParentContext
 from dsh_subprocess.testing import ProcessWatch
 from oai_model import CLAUDE_ANSWER, NO_TRACING, tool_outputs

@@ -13,11 +13,11 @@ import json
 import anyio
 import pytest
 from agents import Agent, FunctionTool, Runner
-from dsh_cli import load_profile, open_runtime
 from dsh_cli.cli import main
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_contract_tests.fixtures.keyless_profile import KeylessProducts
 from dsh_openai_agents import SubagentFunctionTools
+from dsh_profiles import load_profile, open_runtime
 from dsh_subagent import ParentContext
 from dsh_subprocess.testing import ProcessWatch
 from oai_model import CLAUDE_ANSWER, NO_TRACING, lead_model

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from agents import Agent, Runner, Tool
-from dsh_cli import StaticDiscovery, load_profile, open_runtime
 from dsh_openai_agents import SubagentFunctionTools
+from dsh_profiles import StaticDiscovery, load_profile, open_runtime
 from dsh_subagent import ParentContext
 from dsh_worktree.testing import EditingProvider, private_git_env, scratch_repository
 from dsh_worktree.testing import git_out as git

@@ -17,7 +17,6 @@ from typing import Any
 
 import anyio
 import pytest
-from dsh_cli.telemetry import OTEL_MISSING
 from dsh_contract_tests.fixtures.responses import (
     Behaviour,
     FunctionCall,
@@ -26,6 +25,7 @@ from dsh_contract_tests.fixtures.responses import (
     codex_keyless_env,
     write_codex_config,
 )
+from dsh_profiles.telemetry import OTEL_MISSING
 from dsh_subprocess.testing import ProcessWatch
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client

@@ -16,7 +16,6 @@ import pytest
 from agents import Agent as AgentsAgent
 from agents import RunConfig, Runner, set_trace_processors, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
-from dsh_cli import load_profile, open_runtime
 from dsh_contract_tests.fixtures import responses
 from dsh_contract_tests.fixtures.keyless_profile import (
     AMBIENT_MODEL_VARIABLES,
@@ -24,6 +23,7 @@ from dsh_contract_tests.fixtures.keyless_profile import (
     keyless_products,
 )
 from dsh_openai_agents import SubagentFunctionTools
+from dsh_profiles import load_profile, open_runtime
 from dsh_pydantic_ai import SubagentToolset
 from dsh_subagent import ParentContext
 from dsh_subprocess.testing import ProcessWatch

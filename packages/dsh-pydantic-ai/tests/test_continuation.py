@@ -14,13 +14,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-from dsh_cli import load_profile, open_runtime
 from dsh_contract_tests.fixtures import responses
 from dsh_contract_tests.fixtures.keyless_profile import (
     AMBIENT_MODEL_VARIABLES,
     KeylessProducts,
     keyless_products,
 )
+from dsh_profiles import load_profile, open_runtime
 from dsh_pydantic_ai import SubagentToolset
 from dsh_subagent import CONTINUE_ID_REFUSED, ParentContext
 from dsh_subprocess.testing import ProcessWatch

@@ -13,10 +13,10 @@ import json
 
 import anyio
 import pytest
-from dsh_cli import load_profile, open_runtime
 from dsh_cli.cli import main
 from dsh_contract_tests.fixtures import messages, responses
 from dsh_contract_tests.fixtures.keyless_profile import KeylessProducts
+from dsh_profiles import load_profile, open_runtime
 from dsh_pydantic_ai import SubagentToolset
 from dsh_subagent import ParentContext
 from dsh_subprocess.testing import ProcessWatch

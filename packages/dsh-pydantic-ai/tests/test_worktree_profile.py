@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dsh_cli import StaticDiscovery, load_profile, open_runtime
+from dsh_profiles import StaticDiscovery, load_profile, open_runtime
 from dsh_pydantic_ai import SubagentToolset
 from dsh_subagent import ParentContext
 from dsh_worktree.testing import EditingProvider, private_git_env, scratch_repository

@@ -6,9 +6,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from dsh_cli.errors import ProfileError
-from dsh_cli.loader import compose
-from dsh_cli.profile import parse_profile
+from dsh_profiles.errors import ProfileError
+from dsh_profiles.loader import compose
+from dsh_profiles.profile import parse_profile
 from dsh_subagent_acp import AcpConfig, AcpProvider
 from dsh_subprocess.testing import ProcessWatch
 

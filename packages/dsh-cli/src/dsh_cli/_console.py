@@ -3,7 +3,7 @@
 This module imports nothing heavy itself: the command (and with it anyio, pydantic and
 every provider library) is imported inside the ``try``, so an interrupt during the
 second or so of imports is handled like one during a run. Before those imports the
-process makes itself not dumpable (:mod:`dsh_cli.protect`). While a run is live, the
+process makes itself not dumpable (:mod:`dsh_subprocess.protect`). While a run is live, the
 command's own signal handling cancels it and waits for the product's whole process tree.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from dsh_cli.protect import protect_command_process
+from dsh_subprocess.protect import protect_command_process
 
 EXIT_INTERRUPTED = 130
 

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any, TextIO
 
-from dsh_cli.errors import DshCliError
+from dsh_profiles.errors import UsageError
 
 __all__ = ["add_agents_parser", "cmd_agents"]
 
@@ -53,7 +53,7 @@ def _installer_dir() -> Path | None:
     if chosen:
         path = Path(chosen)
         if not path.is_dir():
-            raise DshCliError(f"{AGENTS_DIR_VARIABLE} {chosen!r} is not a directory")
+            raise UsageError(f"{AGENTS_DIR_VARIABLE} {chosen!r} is not a directory")
         return path
     data = os.environ.get("XDG_DATA_HOME", "")
     if not os.path.isabs(data):  # the XDG rule: a relative value is ignored
@@ -84,14 +84,14 @@ def cmd_agents(args: argparse.Namespace, out: TextIO) -> int:
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] != "dsh_subagent_acp":
             raise
-        raise DshCliError(
+        raise UsageError(
             "`dsh agents` needs the dsh-subagent-acp distribution, which is not installed "
             "(pip install dsh-subagent-acp)"
         ) from None
     prefixes = [Path(p) for p in args.prefix] if args.prefix else _default_prefixes()
     for prefix in prefixes:
         if not prefix.is_dir():
-            raise DshCliError(f"--prefix {os.fspath(prefix)!r} is not a directory")
+            raise UsageError(f"--prefix {os.fspath(prefix)!r} is not a directory")
     rows = [("AGENT", "PACKAGE", "KEYLESS WIRE", "INSTALLED")]
     for profile in known_agents():
         found = None

@@ -35,6 +35,20 @@ from pathlib import Path
 from typing import Any, Final, Protocol, TextIO
 
 import anyio
+from dsh_profiles.confinement import announce_confinement
+from dsh_profiles.discovery import ProviderDiscovery
+from dsh_profiles.errors import ProfileError, UsageError
+from dsh_profiles.isolation import (
+    check_branch_count,
+    check_isolation,
+    isolate_from_flags,
+    worktree_from_flags,
+)
+from dsh_profiles.loader import Composition, compose
+from dsh_profiles.options import budget_from, resolve_target
+from dsh_profiles.profile import parse_profile, read_profile
+from dsh_profiles.runtime import open_runtime
+from dsh_profiles.warm import Warm, batch_warm
 from dsh_subagent import (
     ABORTED,
     ERROR,
@@ -60,20 +74,6 @@ from dsh_cli.batch_schema import (
     with_output_schema,
     with_schema,
 )
-from dsh_cli.confinement import announce_confinement
-from dsh_cli.discovery import ProviderDiscovery
-from dsh_cli.errors import ProfileError, UsageError
-from dsh_cli.isolation import (
-    check_branch_count,
-    check_isolation,
-    isolate_from_flags,
-    worktree_from_flags,
-)
-from dsh_cli.loader import Composition, compose
-from dsh_cli.options import budget_from, resolve_target
-from dsh_cli.profile import parse_profile, read_profile
-from dsh_cli.runtime import open_runtime
-from dsh_cli.warm import Warm, batch_warm
 
 __all__ = [
     "FILES_PLACEHOLDER",

@@ -15,7 +15,7 @@ The actor is threaded (two calls at a time): :meth:`BatchActor.cancel` reaches i
 cancelled delegation. An actor killed mid-task (node lost, OOM killer, ``kill -9``,
 ``ray.kill``) leaves no product process: the products run under the host-death guard of
 the actor's process, which kills their whole trees when the process dies. The actor's
-process is not dumpable (:mod:`dsh_cli.protect`).
+process is not dumpable (:mod:`dsh_subprocess.protect`).
 """
 
 from __future__ import annotations
@@ -32,19 +32,19 @@ from typing import Any, Final
 import anyio
 import anyio.to_thread
 from anyio.from_thread import start_blocking_portal
+from dsh_profiles.errors import ProfileError
+from dsh_profiles.isolation import isolate
+from dsh_profiles.loader import Composition
+from dsh_profiles.runtime import open_runtime
+from dsh_profiles.telemetry import export_requested
+from dsh_profiles.warm import SERVER_WARM, warm_from_flag
 from dsh_subagent import ERROR, Budget, CancelController, SubagentError, SubagentService
 from dsh_subprocess import shutdown_guard_server
+from dsh_subprocess.protect import protect_ray_actor_process
 from dsh_worktree import Worktree, WorktreeError
 
 from dsh_cli.batch import load_batch_profile, run_task, task_cwd
 from dsh_cli.batch_io import BatchRecord, BatchTask
-from dsh_cli.errors import ProfileError
-from dsh_cli.isolation import isolate
-from dsh_cli.loader import Composition
-from dsh_cli.protect import protect_ray_actor_process
-from dsh_cli.runtime import open_runtime
-from dsh_cli.telemetry import export_requested
-from dsh_cli.warm import SERVER_WARM, warm_from_flag
 
 __all__ = ["BUNDLE_PROFILE", "CANCEL_REASON", "BatchActor"]
 

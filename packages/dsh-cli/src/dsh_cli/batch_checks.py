@@ -12,8 +12,9 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from dsh_profiles.errors import UsageError
+
 from dsh_cli.batch_io import BatchTask
-from dsh_cli.errors import UsageError
 
 __all__ = ["check_base", "check_out_path", "check_task_cwds", "is_directory"]
 

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Final
 
+from dsh_profiles.errors import UsageError
 from dsh_subagent import COMPLETED, Changes, SubagentError, Usage
 from dsh_subagent.structured import check_output_schema
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, ValidationError
-
-from dsh_cli.errors import UsageError
 
 __all__ = [
     "BadLine",

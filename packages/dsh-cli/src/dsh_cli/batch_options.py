@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dsh_profiles.confinement import add_confinement_flag
+from dsh_profiles.warm import BATCH_WARM_MAX, SERVER_WARM, add_warm_flag
+
 from dsh_cli.batch import FILES_PLACEHOLDER
 from dsh_cli.batch_schema import add_output_schema_flag
-from dsh_cli.confinement import add_confinement_flag
 from dsh_cli.isolation import add_worktree_flags
 from dsh_cli.options import add_budget_flags
-from dsh_cli.warm import BATCH_WARM_MAX, SERVER_WARM, add_warm_flag
 
 __all__ = ["add_batch_parser"]
 

@@ -44,6 +44,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final, TextIO
 
+from dsh_profiles.errors import UsageError
+from dsh_profiles.profile import read_profile
+from dsh_profiles.telemetry import export_requested
 from dsh_subagent import ERROR
 from dsh_worktree import Worktree
 
@@ -51,10 +54,7 @@ from dsh_cli.batch import BatchPlan, Summary
 from dsh_cli.batch_actor import BUNDLE_PROFILE, BatchActor
 from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile
 from dsh_cli.batch_progress import BatchDisplay
-from dsh_cli.errors import UsageError
-from dsh_cli.profile import read_profile
 from dsh_cli.ray_cluster import RayUnavailableError, connect_ray, import_ray, one_line
-from dsh_cli.telemetry import export_requested
 
 __all__ = ["BUNDLE_PROFILE", "check_ray", "import_ray", "run_on_ray"]
 

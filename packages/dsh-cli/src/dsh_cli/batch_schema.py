@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from dsh_profiles.loader import Composition
+from dsh_profiles.output_schema import load_output_schema
 from pydantic import JsonValue
 
 from dsh_cli.batch_io import TaskList
-from dsh_cli.loader import Composition
-from dsh_cli.output_schema import load_output_schema
 
 __all__ = ["add_output_schema_flag", "typed_row_schema", "with_output_schema", "with_schema"]
 

@@ -1,12 +1,13 @@
 """The ``dsh`` command: ``check``, ``tools``, ``run``, ``batch``, ``agents``, ``worktrees``,
 ``model``, ``demo`` and ``mcp``.
 
-``dsh mcp ...`` hands everything after ``mcp`` to the dsh-mcp distribution's own command
-(imported only then); without dsh-mcp installed it fails with one line and exit 2.
+``dsh mcp ...`` hands everything after ``mcp`` to the dsh-mcp distribution's own command,
+found through the ``dsh.commands`` entry-point group and imported only then; without
+dsh-mcp installed it fails with one line and exit 2.
 
 ``dsh run`` and its exit status live in :mod:`dsh_cli.run_command`. Every failure is one
 line on stderr, never a traceback. Products' own stderr lines are shown only with ``-v``
-(see :mod:`dsh_cli.logs`).
+(see :mod:`dsh_profiles.logs`).
 """
 
 from __future__ import annotations
@@ -17,19 +18,23 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Final, TextIO
 
 import anyio
+from dsh_profiles.discovery import ProviderDiscovery
+from dsh_profiles.errors import DshProfilesError
+from dsh_profiles.loader import Composition, load_profile
+from dsh_profiles.logs import cli_logging
+from dsh_profiles.runtime import open_runtime
+from dsh_profiles.spawnguard import SpawnCounter
+from dsh_profiles.telemetry import exporting
 from pydantic import JsonValue
 
 from dsh_cli.agents_command import add_agents_parser, cmd_agents
 from dsh_cli.batch import cmd_batch
 from dsh_cli.batch_options import add_batch_parser
 from dsh_cli.confinement import policy_lines
-from dsh_cli.discovery import ProviderDiscovery
-from dsh_cli.errors import DshCliError
-from dsh_cli.loader import Composition, load_profile
-from dsh_cli.logs import cli_logging
 from dsh_cli.model_command import add_model_parser, cmd_model
 from dsh_cli.run_command import (
     EXIT_CODES,
@@ -39,9 +44,6 @@ from dsh_cli.run_command import (
     exit_code_for,
     one_line,
 )
-from dsh_cli.runtime import open_runtime
-from dsh_cli.spawnguard import SpawnCounter
-from dsh_cli.telemetry import exporting
 from dsh_cli.worktrees_command import add_worktrees_parser, cmd_worktrees
 
 __all__ = ["EXIT_CODES", "exit_code_for", "main"]
@@ -246,7 +248,7 @@ def main(argv: Sequence[str] | None = None, *, discovery: ProviderDiscovery | No
             return code
         except BrokenPipeError:
             return _output_closed()
-        except DshCliError as exc:
+        except DshProfilesError as exc:
             print(f"dsh: error: {exc}", file=err)
             return EXIT_USAGE
         except Exception as exc:
@@ -300,17 +302,29 @@ def _mcp_arguments(argv: Sequence[str]) -> list[str] | None:
     return verbose + rest[1:]
 
 
+COMMAND_GROUP: Final = "dsh.commands"
+"""The entry-point group where another distribution adds a ``dsh`` command: dsh-mcp
+advertises ``mcp`` there, so ``dsh`` finds it without importing it (nothing imports
+dsh-cli, and dsh-cli imports no distribution above it)."""
+
+
+def _find_command(name: str) -> EntryPoint | None:
+    found = entry_points(group=COMMAND_GROUP, name=name)
+    return next(iter(found), None)
+
+
 def _cmd_mcp(rest: list[str], err: TextIO) -> int:
-    try:
-        from dsh_mcp.cli import main as mcp_main
-    except ModuleNotFoundError as exc:
-        if exc.name is None or exc.name.split(".")[0] != "dsh_mcp":
-            print(f"dsh: error: dsh-mcp cannot be imported: {exc}", file=err)
-            return EXIT_START_FAILED
+    entry = _find_command("mcp")
+    if entry is None:
         print(_MCP_MISSING, file=err)
         return EXIT_USAGE
+    try:
+        mcp_main = entry.load()
+    except ImportError as exc:
+        print(f"dsh: error: dsh-mcp cannot be imported: {exc}", file=err)
+        return EXIT_START_FAILED
     with exporting(err):
-        return mcp_main(rest, prog="dsh mcp")
+        return int(mcp_main(rest, prog="dsh mcp"))
 
 
 def _cmd_tools(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscovery | None) -> int:
@@ -321,7 +335,7 @@ def _cmd_tools(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscove
 
 
 if __name__ == "__main__":
-    from dsh_cli.protect import protect_command_process
+    from dsh_subprocess.protect import protect_command_process
 
     protect_command_process()
     sys.exit(main())

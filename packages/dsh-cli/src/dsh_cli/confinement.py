@@ -1,87 +1,14 @@
-"""Confinement on the command line: the ``--confinement`` override, the one line shown when
-it cannot be applied, and the policy ``dsh check`` prints (docs/security.md)."""
+"""The confinement policy ``dsh check`` prints for each instance (docs/security.md)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Iterable
-from typing import Any, Final, TextIO, get_args
 
-from dsh_subagent import (
-    ConfinementSetting,
-    SubagentProvider,
-    confinement_fallback_line,
-    confinement_refusal_line,
-    effective_policy,
-    makes_private_tmp,
-)
-from dsh_subprocess import ConfinementMode
-from pydantic import BaseModel
+from dsh_profiles.confinement import NOT_CONFINED
+from dsh_subagent import SubagentProvider, effective_policy, makes_private_tmp
 
-from dsh_cli.errors import UsageError
-
-__all__ = [
-    "CONFINEMENT_MODES",
-    "add_confinement_flag",
-    "announce_confinement",
-    "override_confinement",
-    "policy_lines",
-]
-
-CONFINEMENT_MODES: Final[tuple[str, ...]] = get_args(ConfinementMode)
-
-NOT_CONFINED: Final = (
-    "NOT confined: this provider does not spawn through dsh-subprocess, so dsh cannot "
-    "confine its product"
-)
-
-
-def add_confinement_flag(parser: argparse.ArgumentParser) -> None:
-    """``--confinement auto|required|off``: every instance's mode, over the profile's."""
-    parser.add_argument(
-        "--confinement",
-        choices=CONFINEMENT_MODES,
-        default=None,
-        help="kernel confinement of every instance's product (default: each instance's "
-        "confinement.mode, else auto: confined where the kernel offers Landlock); "
-        "required refuses to start without it; see docs/security.md",
-    )
-
-
-def override_confinement(
-    raw_config: dict[str, Any], config_model: type[BaseModel], mode: str
-) -> str | None:
-    """Set ``confinement.mode`` in a row's raw configuration; a problem line when the
-    provider has no confinement setting and the mode asks for confinement."""
-    if "confinement" not in config_model.model_fields:
-        return None if mode == "off" else f"--confinement {mode}: {NOT_CONFINED}"
-    current = raw_config.get("confinement", {})
-    if isinstance(current, dict):
-        raw_config["confinement"] = {**current, "mode": mode}
-    return None
-
-
-def _modes(providers: Iterable[SubagentProvider]) -> list[ConfinementMode]:
-    modes: list[ConfinementMode] = []
-    for provider in providers:
-        inner = getattr(provider, "inner", provider)
-        setting = getattr(getattr(inner, "config", None), "confinement", None)
-        if isinstance(setting, ConfinementSetting):
-            modes.append(setting.mode)
-    return modes
-
-
-def announce_confinement(providers: Iterable[SubagentProvider], err: TextIO) -> None:
-    """Before anything starts: refuse a ``required`` instance this kernel cannot confine
-    (:class:`UsageError`, exit 2), else say once that ``auto`` instances run unconfined."""
-    modes = _modes(providers)
-    refusal = confinement_refusal_line(modes)
-    if refusal is not None:
-        raise UsageError(refusal)
-    fallback = confinement_fallback_line(modes)
-    if fallback is not None:
-        print(fallback, file=err)
+__all__ = ["policy_lines"]
 
 
 def _join(paths: Iterable[str]) -> str:

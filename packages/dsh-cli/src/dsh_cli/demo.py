@@ -29,6 +29,10 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 import anyio
+from dsh_profiles.errors import UsageError
+from dsh_profiles.loader import Composition, compose
+from dsh_profiles.profile import JobsSection, Profile, ProviderRow, ToolRow
+from dsh_profiles.runtime import Runtime, delegate, open_runtime
 from dsh_subagent import (
     COMPLETED,
     CancelController,
@@ -38,11 +42,6 @@ from dsh_subagent import (
     SubagentResult,
 )
 from dsh_subprocess.testing import ProcessWatch, become_subreaper, reap_adopted_zombies
-
-from dsh_cli.errors import DshCliError
-from dsh_cli.loader import Composition, compose
-from dsh_cli.profile import JobsSection, Profile, ProviderRow, ToolRow
-from dsh_cli.runtime import Runtime, delegate, open_runtime
 
 __all__ = ["DEEPSEEK_ANTHROPIC_BASE_URL", "deepseek_claude_env", "run_demo"]
 
@@ -144,7 +143,7 @@ def _fixtures() -> tuple[Any, Any]:
     try:
         from dsh_contract_tests.fixtures import messages, responses
     except ImportError as exc:  # pragma: no cover - depends on the installed extra
-        raise DshCliError("dsh demo needs the demo extra: pip install 'dsh-cli[demo]'") from exc
+        raise UsageError("dsh demo needs the demo extra: pip install 'dsh-cli[demo]'") from exc
     return responses, messages
 
 
@@ -165,7 +164,7 @@ def run_demo(
     """
     api_key = os.environ.get("DEEPSEEK_API_KEY", "") if deepseek else ""
     if deepseek and not api_key:
-        raise DshCliError("dsh demo --deepseek needs DEEPSEEK_API_KEY in the environment")
+        raise UsageError("dsh demo --deepseek needs DEEPSEEK_API_KEY in the environment")
     responses, messages = _fixtures()
     subreaper = become_subreaper()
     wall = time.monotonic()

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import anyio
-
-from dsh_cli.errors import DshCliError
+from dsh_profiles.errors import UsageError
 
 if TYPE_CHECKING:  # the kit is the demo extra, imported only when the command runs
     from dsh_contract_tests.fixtures.scripted import ModelScript, ScriptedModels, Served
@@ -92,7 +91,7 @@ def _scripted() -> Any:
     try:
         from dsh_contract_tests.fixtures import scripted
     except ImportError as exc:  # pragma: no cover - depends on the installed extra
-        raise DshCliError(
+        raise UsageError(
             "dsh model needs the loopback fixtures of the demo extra: pip install 'dsh-cli[demo]'"
         ) from exc
     return scripted
@@ -104,7 +103,7 @@ def _load(path: str) -> ModelScript:
         script: ModelScript = scripted.load_script(path)
         return script
     except scripted.ScriptError as exc:
-        raise DshCliError(f"{exc}; nothing started") from None
+        raise UsageError(f"{exc}; nothing started") from None
 
 
 def cmd_model(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -132,11 +131,11 @@ def _directory(requested: str | None) -> tuple[Path, bool]:
         return Path(tempfile.mkdtemp(prefix="dsh-model-")), True
     root = Path(requested).absolute()
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise DshCliError(f"--dir {requested}: not a new or empty directory; nothing started")
+        raise UsageError(f"--dir {requested}: not a new or empty directory; nothing started")
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DshCliError(f"--dir {requested}: {exc.strerror or exc}; nothing started") from None
+        raise UsageError(f"--dir {requested}: {exc.strerror or exc}; nothing started") from None
     return root, False
 
 
@@ -216,7 +215,7 @@ def _serve(script: ModelScript, args: argparse.Namespace, out: TextIO, err: Text
     if args.codex_acp is not None:
         found = shutil.which(args.codex_acp)
         if found is None:
-            raise DshCliError(f"--codex-acp {args.codex_acp}: not an executable; nothing started")
+            raise UsageError(f"--codex-acp {args.codex_acp}: not an executable; nothing started")
         args.codex_acp = str(Path(found).absolute())  # the profile is used from anywhere
     root, temporary = _directory(args.dir)
     try:

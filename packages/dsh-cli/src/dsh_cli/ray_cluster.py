@@ -45,6 +45,7 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final
 
 from anyio.from_thread import start_blocking_portal
+from dsh_profiles.errors import UsageError
 from dsh_subprocess import (
     SpawnSpec,
     is_scrubbed_name,
@@ -52,8 +53,6 @@ from dsh_subprocess import (
     shutdown_guard_server,
     spawn,
 )
-
-from dsh_cli.errors import UsageError
 
 __all__ = [
     "RAY_LOGGER",

@@ -22,7 +22,7 @@ This module imports nothing of Ray: Ray Data constructs and calls the class. An 
 that dies mid-batch (node lost, OOM killer) leaves no product process: the products run
 under the host-death guard of the actor's process; whether the batch runs again (from
 scratch, on a restarted actor) is Ray Data's actor-restart and task-retry policy. In a
-Ray actor the process makes itself not dumpable (:mod:`dsh_cli.protect`).
+Ray actor the process makes itself not dumpable (:mod:`dsh_subprocess.protect`).
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ from typing import Any, Final
 
 import anyio
 from anyio.from_thread import start_blocking_portal
+from dsh_profiles.options import resolve_target
+from dsh_profiles.runtime import open_runtime
 from dsh_subagent import ERROR, Budget, CancelController, OutputSchema
 from dsh_subagent.structured import check_output_schema
+from dsh_subprocess.protect import protect_ray_actor_process
 
 from dsh_cli.batch import FirstStartAlone, load_batch_profile, run_task, task_cwd
 from dsh_cli.batch_io import BatchRecord, BatchTask
 from dsh_cli.batch_schema import typed_row_schema
-from dsh_cli.options import resolve_target
-from dsh_cli.protect import protect_ray_actor_process
-from dsh_cli.runtime import open_runtime
 
 __all__ = ["OUTPUT_COLUMNS", "STRUCTURED_COLUMN", "Delegate"]
 

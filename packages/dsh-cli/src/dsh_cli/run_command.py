@@ -34,6 +34,15 @@ from typing import Final, TextIO, TypeVar
 
 import anyio
 import anyio.abc
+from dsh_profiles.confinement import add_confinement_flag, announce_confinement
+from dsh_profiles.discovery import ProviderDiscovery
+from dsh_profiles.errors import UsageError
+from dsh_profiles.isolation import check_isolation, isolate_from_flags
+from dsh_profiles.loader import Composition, load_profile
+from dsh_profiles.options import budget_from, resolve_target
+from dsh_profiles.output_schema import load_output_schema
+from dsh_profiles.runtime import open_runtime, validate_task, validate_utf8
+from dsh_profiles.spawnguard import SpawnCounter
 from dsh_subagent import (
     ABORTED,
     COMPLETED,
@@ -54,16 +63,9 @@ from dsh_tool_jobs import JobSnapshot
 from pydantic import JsonValue
 
 from dsh_cli.batch_schema import typed_row_schema
-from dsh_cli.confinement import add_confinement_flag, announce_confinement
-from dsh_cli.discovery import ProviderDiscovery
-from dsh_cli.errors import UsageError
-from dsh_cli.isolation import add_worktree_flags, check_isolation, isolate_from_flags
-from dsh_cli.loader import Composition, load_profile
-from dsh_cli.options import add_budget_flags, budget_from, resolve_target
-from dsh_cli.output_schema import load_output_schema
+from dsh_cli.isolation import add_worktree_flags
+from dsh_cli.options import add_budget_flags
 from dsh_cli.progress_view import LiveView, PlainView, RunView
-from dsh_cli.runtime import open_runtime, validate_task, validate_utf8
-from dsh_cli.spawnguard import SpawnCounter
 
 __all__ = [
     "EXIT_CODES",

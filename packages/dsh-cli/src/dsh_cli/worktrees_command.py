@@ -15,6 +15,7 @@ import os
 from typing import Any, TextIO
 
 import anyio
+from dsh_profiles.errors import UsageError
 from dsh_worktree import (
     Recovered,
     WorktreeError,
@@ -24,8 +25,6 @@ from dsh_worktree import (
     recover,
 )
 from dsh_worktree._git import git_executable
-
-from dsh_cli.errors import UsageError
 
 __all__ = ["add_worktrees_parser", "cmd_worktrees"]
 

@@ -24,13 +24,13 @@ from collections.abc import Sequence
 from typing import Final, TextIO
 
 import anyio
-from dsh_cli.confinement import add_confinement_flag, announce_confinement
-from dsh_cli.errors import DshCliError, UsageError
-from dsh_cli.loader import Composition, compose
-from dsh_cli.logs import cli_logging
-from dsh_cli.profile import read_profile
-from dsh_cli.protect import protect_command_process
-from dsh_cli.warm import SERVER_WARM, add_warm_flag, warm_from_flag
+from dsh_profiles.confinement import add_confinement_flag, announce_confinement
+from dsh_profiles.errors import DshProfilesError, UsageError
+from dsh_profiles.loader import Composition, compose
+from dsh_profiles.logs import cli_logging
+from dsh_profiles.profile import read_profile
+from dsh_profiles.warm import SERVER_WARM, add_warm_flag, warm_from_flag
+from dsh_subprocess.protect import protect_command_process
 
 from dsh_mcp.server import ToolServer, open_tool_server
 from dsh_mcp.settings import ServerSettings, resolve_settings
@@ -230,7 +230,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "dsh-mcp") -> int:
             if not 0 <= args.port <= 65535:
                 raise UsageError("--port must be between 0 and 65535")
             token = _http_token(err) if args.http else None
-        except DshCliError as exc:
+        except DshProfilesError as exc:
             print(f"{prog}: error: {exc}", file=err)
             return EXIT_USAGE
         try:
@@ -264,7 +264,7 @@ def _interrupted(exc: BaseException) -> bool:
 def console_main() -> int:
     """The ``dsh-mcp`` console script: Ctrl-C before serving starts exits 130 quietly.
 
-    The process is not dumpable unless ``DSH_KEEP_DUMPABLE=1`` (:mod:`dsh_cli.protect`).
+    The process is not dumpable unless ``DSH_KEEP_DUMPABLE=1`` (:mod:`dsh_subprocess.protect`).
     """
     protect_command_process()
     try:

@@ -38,8 +38,8 @@ import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from dsh_cli.loader import Composition
-from dsh_cli.runtime import Runtime, open_runtime
+from dsh_profiles.loader import Composition
+from dsh_profiles.runtime import Runtime, open_runtime
 from dsh_subagent import CancelController, ParentContext, PublishedRun, SubagentResult
 from dsh_subagent.tool import ModelTool, SubagentTool, ToolCallContext, ToolResult, run_tool_call
 from dsh_tool_jobs import JobError, JobSnapshot

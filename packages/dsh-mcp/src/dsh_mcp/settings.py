@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final
 
-from dsh_cli.errors import ProfileError, UsageError
-from dsh_cli.profile import describe_validation_error
+from dsh_profiles.errors import ProfileError, UsageError
+from dsh_profiles.profile import describe_validation_error
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [

@@ -42,7 +42,7 @@ from dsh_subagent import SubagentError
 from dsh_subagent.structured import check_output_schema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from dsh_cli.errors import ProfileError
+from dsh_profiles.errors import ProfileError
 
 __all__ = [
     "JobsSection",

@@ -21,10 +21,10 @@ from dsh_subagent import SubagentProvider
 from dsh_worktree import Worktree, WorktreeError
 from pydantic import BaseModel, ValidationError
 
-from dsh_cli.profile import Profile, ToolRow, describe_validation_error
+from dsh_profiles.profile import Profile, ToolRow, describe_validation_error
 
 if TYPE_CHECKING:
-    from dsh_cli.loader import LoadedProvider
+    from dsh_profiles.loader import LoadedProvider
 
 __all__ = ["BuiltRow", "instance_name", "tool_instances"]
 

@@ -16,7 +16,7 @@ from dsh_subagent import SubagentError
 from dsh_subagent.structured import check_output_schema
 from pydantic import JsonValue
 
-from dsh_cli.errors import UsageError
+from dsh_profiles.errors import UsageError
 
 __all__ = ["load_output_schema"]
 

@@ -1,15 +1,16 @@
-"""The dsh-cli error hierarchy: every problem a user can fix in a profile or on the command line."""
+"""The dsh-profiles error hierarchy: every problem a user can fix in a profile or in a
+command's request (unknown tool, blank task, a bad flag value)."""
 
 from __future__ import annotations
 
-__all__ = ["DshCliError", "ProfileError", "UsageError"]
+__all__ = ["DshProfilesError", "ProfileError", "UsageError"]
 
 
-class DshCliError(Exception):
+class DshProfilesError(Exception):
     """Root of every error this distribution raises on purpose."""
 
 
-class ProfileError(DshCliError):
+class ProfileError(DshProfilesError):
     """A profile cannot be loaded; each problem names the profile, the row and the field.
 
     Attributes:
@@ -27,5 +28,5 @@ class ProfileError(DshCliError):
         )
 
 
-class UsageError(DshCliError):
+class UsageError(DshProfilesError):
     """The command line asks for something the profile cannot do (unknown tool, blank task)."""

@@ -20,12 +20,12 @@ from dsh_tool_jobs.config import JobsToolsConfig
 from dsh_worktree import Worktree, WorktreeError
 from pydantic import BaseModel, ValidationError
 
-from dsh_cli.confinement import override_confinement
-from dsh_cli.discovery import EntryPointDiscovery, ProviderDiscovery
-from dsh_cli.errors import ProfileError
-from dsh_cli.profile import Profile, ToolRow, describe_validation_error, read_profile
-from dsh_cli.tool_instances import BuiltRow, tool_instances
-from dsh_cli.warm import Warm, apply_warm
+from dsh_profiles.confinement import override_confinement
+from dsh_profiles.discovery import EntryPointDiscovery, ProviderDiscovery
+from dsh_profiles.errors import ProfileError
+from dsh_profiles.profile import Profile, ToolRow, describe_validation_error, read_profile
+from dsh_profiles.tool_instances import BuiltRow, tool_instances
+from dsh_profiles.warm import Warm, apply_warm
 
 __all__ = ["JOB_TOOL_NAMES", "Composition", "LoadedProvider", "compose", "load_profile"]
 

@@ -31,8 +31,8 @@ from dsh_tool_jobs.tools import job_tools
 from dsh_worktree import WorktreeProvider
 from pydantic import JsonValue
 
-from dsh_cli.errors import UsageError
-from dsh_cli.loader import Composition
+from dsh_profiles.errors import UsageError
+from dsh_profiles.loader import Composition
 
 __all__ = ["Runtime", "delegate", "open_runtime", "tool_schema", "validate_task", "validate_utf8"]
 
