@@ -10,11 +10,13 @@ import sys
 import threading
 import time
 import types
+from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from pathlib import Path
 from typing import ClassVar
 
 import anyio
 import pytest
+from dsh_cli import cli as cli_module
 from dsh_cli.cli import EXIT_CODES, exit_code_for, main
 from dsh_profiles import StaticDiscovery, load_profile, open_runtime
 from dsh_profiles.profile import read_profile
@@ -443,12 +445,21 @@ def test_json_record_carries_the_result_and_nothing_else_reaches_stdout(
     assert "Partial output" not in captured.err
 
 
+def _advertise(monkeypatch: pytest.MonkeyPatch, *found: EntryPoint) -> None:
+    """What the installed distributions advertise in the ``dsh.commands`` group, for ``mcp``."""
+
+    def fake(*, group: str, name: str) -> EntryPoints:
+        assert (group, name) == ("dsh.commands", "mcp")
+        return EntryPoints(found)
+
+    monkeypatch.setattr(cli_module, "entry_points", fake)
+
+
 def test_mcp_without_dsh_mcp_installed_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # `dsh mcp` imports dsh-mcp only when asked; here it "is not installed".
-    monkeypatch.setitem(sys.modules, "dsh_mcp", None)
-    monkeypatch.delitem(sys.modules, "dsh_mcp.cli", raising=False)
+    # `dsh mcp` finds dsh-mcp through its entry point; here no distribution advertises one.
+    _advertise(monkeypatch)
     assert main(["-v", "mcp", "profile.toml", "--http"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -458,6 +469,18 @@ def test_mcp_without_dsh_mcp_installed_is_one_line_and_exit_2(
     )
 
 
+def test_mcp_whose_module_cannot_be_imported_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "dsh_mcp_broken", None)  # importing it raises ImportError
+    _advertise(monkeypatch, EntryPoint("mcp", "dsh_mcp_broken:main", "dsh.commands"))
+    assert main(["mcp", "profile.toml"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("dsh: error: dsh-mcp cannot be imported: ")
+    assert captured.err.count("\n") == 1
+
+
 def test_mcp_hands_every_argument_after_mcp_to_dsh_mcp(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[list[str], str]] = []
 
@@ -465,15 +488,26 @@ def test_mcp_hands_every_argument_after_mcp_to_dsh_mcp(monkeypatch: pytest.Monke
         seen.append((argv, prog))
         return 7
 
-    fake = types.ModuleType("dsh_mcp.cli")
+    fake = types.ModuleType("fake_dsh_mcp_cli")
     fake.main = fake_main  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "dsh_mcp.cli", fake)
+    monkeypatch.setitem(sys.modules, "fake_dsh_mcp_cli", fake)
+    _advertise(monkeypatch, EntryPoint("mcp", "fake_dsh_mcp_cli:main", "dsh.commands"))
     assert main(["mcp", "p.toml", "--workspace", "w", "-v"]) == 7
     assert main(["--verbose", "mcp", "--help"]) == 7
     assert seen == [
         (["p.toml", "--workspace", "w", "-v"], "dsh mcp"),
         (["--verbose", "--help"], "dsh mcp"),
     ]
+
+
+def test_the_installed_dsh_mcp_advertises_its_command_for_dsh_mcp() -> None:
+    # The real lookup `dsh mcp` makes: dsh-mcp's metadata names its own main, which dsh
+    # loads only then (dsh-cli imports no distribution above it).
+    from dsh_mcp.cli import main as mcp_main
+
+    (entry,) = entry_points(group=cli_module.COMMAND_GROUP, name="mcp")
+    assert entry.value == "dsh_mcp.cli:main"
+    assert entry.load() is mcp_main
 
 
 def test_the_profiles_mcp_table_is_left_to_dsh_mcp(tmp_path: Path) -> None:

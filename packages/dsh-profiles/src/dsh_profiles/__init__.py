@@ -79,7 +79,7 @@ _SOURCES = {
     "UsageError": "dsh_profiles.errors",
     "JOB_TOOL_NAMES": "dsh_profiles.loader",
     "Composition": "dsh_profiles.loader",
-    "LoadedProvider": "dsh_profiles.loader",
+    "LoadedProvider": "dsh_profiles.instance",
     "compose": "dsh_profiles.loader",
     "load_profile": "dsh_profiles.loader",
     "JobsSection": "dsh_profiles.profile",

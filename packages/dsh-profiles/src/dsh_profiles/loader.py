@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from dsh_profiles.confinement import override_confinement
 from dsh_profiles.discovery import EntryPointDiscovery, ProviderDiscovery
 from dsh_profiles.errors import ProfileError
+from dsh_profiles.instance import LoadedProvider
 from dsh_profiles.profile import Profile, ToolRow, describe_validation_error, read_profile
 from dsh_profiles.tool_instances import BuiltRow, tool_instances
 from dsh_profiles.warm import Warm, apply_warm
@@ -31,37 +32,6 @@ __all__ = ["JOB_TOOL_NAMES", "Composition", "LoadedProvider", "compose", "load_p
 
 JOB_TOOL_NAMES = ("job_output", "job_list", "job_kill")
 """The generic Job control tools bound when the profile's ``[jobs]`` table asks for them."""
-
-
-@dataclass(frozen=True)
-class LoadedProvider:
-    """One constructed, unstarted provider instance.
-
-    Attributes:
-        row: 1-based row number in the profile's ``providers`` array.
-        type: The entry-point name the row asked for.
-        origin: ``module:attr`` (and distribution) the class came from.
-        config: The validated ``Config`` instance.
-        provider: The constructed provider (wrapped in its worktree isolation when the
-            row asks for it); nothing has been started.
-        worktree: The instance's worktree isolation settings, or ``None``.
-        tool: The tool row this instance exists for, when that row's ``worktree`` setting
-            differs from its provider row's (a second instance of the row, named
-            ``<provider_name>@<tool name>``); ``None`` for a provider row's own instance.
-    """
-
-    row: int
-    type: str
-    origin: str
-    config: BaseModel
-    provider: SubagentProvider
-    worktree: Worktree | None = None
-    tool: str | None = None
-
-    @property
-    def name(self) -> str:
-        """The registry name (``provider_name``)."""
-        return self.provider.name
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from dsh_subagent import SubagentError
-from dsh_subagent.structured import check_output_schema
+from dsh_subagent.structured import JsonOutputSchema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dsh_profiles.errors import ProfileError
@@ -94,22 +93,12 @@ class ToolRow(BaseModel):
     A tool whose isolation differs from its provider row's gets its own instance of that
     provider (see ``Composition.instance_for``)."""
 
-    output_schema: dict[str, Any] | None = None
+    output_schema: JsonOutputSchema | None = None
     """A JSON Schema (object root, as a TOML table) every answer of this tool must match:
     the run's result then carries the validated object (``dsh mcp`` declares it as the
     tool's output schema). The provider must enforce schemas (Codex, Claude Code). A
     background Job of such a tool is validated the same way; its output is the answer's
     text."""
-
-    @field_validator("output_schema")
-    @classmethod
-    def _object_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            try:
-                check_output_schema(value)
-            except SubagentError as exc:
-                raise ValueError(exc.message) from None
-        return value
 
     @field_validator("worktree", mode="before")
     @classmethod

@@ -15,16 +15,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dsh_subagent import SubagentProvider
 from dsh_worktree import Worktree, WorktreeError
 from pydantic import BaseModel, ValidationError
 
+from dsh_profiles.instance import LoadedProvider
 from dsh_profiles.profile import Profile, ToolRow, describe_validation_error
-
-if TYPE_CHECKING:
-    from dsh_profiles.loader import LoadedProvider
 
 __all__ = ["BuiltRow", "instance_name", "tool_instances"]
 

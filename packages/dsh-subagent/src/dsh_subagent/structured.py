@@ -20,12 +20,12 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Annotated, Any, Final, TypeAlias
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.exceptions import ValidationError as SchemaViolation
-from pydantic import BaseModel, JsonValue
+from pydantic import AfterValidator, BaseModel, JsonValue
 from pydantic import ValidationError as ModelViolation
 
 from dsh_subagent.diagnostics import limit_diagnostic
@@ -35,6 +35,7 @@ from dsh_subagent.types import COMPLETED, ERROR, SubagentResult, SubagentRun
 __all__ = [
     "MAX_REPORTED_VIOLATIONS",
     "OUTPUT_INVALID",
+    "JsonOutputSchema",
     "OutputSchema",
     "OutputViolation",
     "StructuredRun",
@@ -122,6 +123,20 @@ def check_output_schema(schema: object) -> dict[str, JsonValue]:
             f"invalid {_keyword(exc.validator)})",
         ) from None
     return resolved
+
+
+def _checked_field(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    try:
+        check_output_schema(value)
+    except SubagentError as exc:
+        raise ValueError(exc.message) from None
+    return value
+
+
+JsonOutputSchema: TypeAlias = Annotated[dict[str, JsonValue], AfterValidator(_checked_field)]
+"""A configuration field holding an object-rooted JSON Schema, refused at validation as
+:func:`check_output_schema` refuses a request's (one check for the tool configuration
+and a profile's tool rows)."""
 
 
 def _refs(schema: object) -> Iterator[str]:

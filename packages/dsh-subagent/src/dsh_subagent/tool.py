@@ -27,7 +27,7 @@ from dsh_subagent.continuation import ContinuationHandle, ContinuationIds
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
 from dsh_subagent.events import ProviderAdded, ProviderRemoved, SubagentEvent, render_error
 from dsh_subagent.service import MAX_SAFE_INTEGER, PublishedRun, SubagentService
-from dsh_subagent.structured import check_output_schema
+from dsh_subagent.structured import JsonOutputSchema
 from dsh_subagent.tool_protocol import (
     ABORTED_BEFORE_DISPATCH,
     ModelTool,
@@ -157,17 +157,7 @@ class SubagentToolConfig(BaseModel):
     persona: str | None = None
     tool_filter: ToolFilter | None = None
     agent_options: AgentOptions | None = None
-    output_schema: dict[str, JsonValue] | None = None
-
-    @field_validator("output_schema")
-    @classmethod
-    def _object_schema(cls, value: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
-        if value is not None:
-            try:
-                check_output_schema(value)
-            except SubagentError as exc:
-                raise ValueError(exc.message) from None
-        return value
+    output_schema: JsonOutputSchema | None = None
 
     @field_validator("tool_name", "provider")
     @classmethod
