@@ -27,6 +27,7 @@ DISTRIBUTIONS = {
     "dsh-subagent-codex": "dsh_subagent_codex",
     "dsh-subagent-claude-code": "dsh_subagent_claude_code",
     "dsh-subagent-acp": "dsh_subagent_acp",
+    "dsh-profiles": "dsh_profiles",
     "dsh-cli": "dsh_cli",
     "dsh-pydantic-ai": "dsh_pydantic_ai",
     "dsh-openai-agents": "dsh_openai_agents",
@@ -51,7 +52,9 @@ def _signature(obj: object) -> str:
 
 
 def _annotation(annotation: object) -> str:
-    return annotation.__name__ if isinstance(annotation, type) else repr(annotation)
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return _ADDRESS.sub("", repr(annotation))  # a validator function in Annotated[...]
 
 
 def _value(value: object) -> str:
