@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 import time
+import tomllib
 import types
 from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from pathlib import Path
@@ -578,3 +580,14 @@ def test_resume_on_a_provider_without_continuation_is_one_line_and_exit_1(
         'dsh: worker: could not start: subagent provider "worker" does not support the '
         '"continuation" capability (request field "resume")\n'
     )
+
+
+def test_the_documented_command_entry_point_is_dsh_mcps_own() -> None:
+    # docs/cli.md shows how a distribution adds a `dsh` command; the block is dsh-mcp's.
+    root = Path(__file__).resolve().parents[3]
+    page = (root / "docs" / "cli.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", page, re.S) if "dsh.commands" in b]
+    shown = tomllib.loads(block)["project"]["entry-points"]
+    with (root / "packages" / "dsh-mcp" / "pyproject.toml").open("rb") as handle:
+        project = tomllib.load(handle)["project"]
+    assert shown == {cli_module.COMMAND_GROUP: project["entry-points"][cli_module.COMMAND_GROUP]}
