@@ -1,6 +1,6 @@
 """Bad configuration and input matrix: every field, clear error naming it, nothing started.
 
-Each provider configuration is loaded through the real Loader (``dsh_cli.compose`` with
+Each provider configuration is loaded through the real Loader (``dsh_profiles.compose`` with
 the installed entry points), exactly as a profile would be, and the error must name the
 row's field. Bad task inputs go through each provider's ``start()`` and must raise a
 :class:`~dsh_subagent.SubagentError` before any product process starts.

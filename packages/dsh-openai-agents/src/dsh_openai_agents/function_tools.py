@@ -41,7 +41,7 @@ class SubagentFunctionTools:
 
     Args:
         tools: Model tools, e.g. ``runtime.tools.values()`` of
-            :func:`dsh_cli.open_runtime` or :class:`~dsh_subagent.SubagentTool`
+            :func:`dsh_profiles.open_runtime` or :class:`~dsh_subagent.SubagentTool`
             instances plus ``dsh_tool_jobs.job_tools(registry)``.
 
     Raises:

@@ -36,7 +36,7 @@ class SubagentToolset(AbstractToolset[AgentDepsT]):
 
     Args:
         tools: Model tools, e.g. ``runtime.tools.values()`` of
-            :func:`dsh_cli.open_runtime` or :class:`~dsh_subagent.SubagentTool`
+            :func:`dsh_profiles.open_runtime` or :class:`~dsh_subagent.SubagentTool`
             instances plus ``dsh_tool_jobs.job_tools(registry)``.
         id: The toolset id (needed only by durable execution).
         max_retries: How often the model may resend a call whose arguments are not a
