@@ -40,8 +40,7 @@ class AcpProvider(ProductProvider[AcpConfig]):
     The ``acp`` library this provider is built on is asyncio-only, so ``start()`` fails
     with category ``unsupported-backend`` under trio, before anything is spawned.
 
-    Args:
-        config: The validated instance configuration.
+    Constructed as ``AcpProvider(config)`` with the validated instance configuration.
     """
 
     Config: ClassVar[type[AcpConfig]] = AcpConfig

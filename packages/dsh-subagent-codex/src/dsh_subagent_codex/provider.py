@@ -106,8 +106,8 @@ def _driver(child: ProductChild) -> TurnDriver:
 class CodexProvider(ProductProvider[CodexConfig]):
     """Delegates one self-contained text task to the real Codex app-server.
 
-    Args:
-        config: This instance's validated configuration. Constructing starts nothing.
+    Constructed as ``CodexProvider(config)`` with this instance's validated configuration;
+    constructing starts nothing.
     """
 
     Config: ClassVar[type[CodexConfig]] = CodexConfig
