@@ -34,6 +34,7 @@ from typing import Final, TextIO, TypeVar
 
 import anyio
 import anyio.abc
+from dsh_batch.schema import typed_row_schema
 from dsh_subagent import (
     ABORTED,
     COMPLETED,
@@ -53,7 +54,6 @@ from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_tool_jobs import JobSnapshot
 from pydantic import JsonValue
 
-from dsh_cli.batch_schema import typed_row_schema
 from dsh_cli.confinement import add_confinement_flag, announce_confinement
 from dsh_cli.discovery import ProviderDiscovery
 from dsh_cli.errors import UsageError

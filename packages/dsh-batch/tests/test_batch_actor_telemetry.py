@@ -10,7 +10,7 @@ import sys
 from typing import Any, cast
 
 import pytest
-from dsh_cli.batch_actor import BatchActor, _start_export
+from dsh_batch.actor import BatchActor, _start_export
 
 
 class _Holder:

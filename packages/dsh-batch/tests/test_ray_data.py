@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh_batch.ray_data import OUTPUT_COLUMNS, Delegate
 from dsh_cli.errors import UsageError
-from dsh_cli.ray_data import OUTPUT_COLUMNS, Delegate
 from dsh_subprocess.testing import ProcessWatch
 from dsh_worktree.testing import git_out as _git
 from dsh_worktree.testing import private_git_env, scratch_repository
@@ -93,7 +93,7 @@ def test_a_bad_target_fails_construction_and_starts_nothing(profile: Path) -> No
 
 def test_nothing_imports_ray_unless_asked() -> None:
     code = (
-        "import sys, dsh_cli.cli, dsh_cli.batch_ray, dsh_cli.ray_data\n"
+        "import sys, dsh_cli.cli, dsh_batch.ray_pool, dsh_batch.ray_data\n"
         "print(sorted(name for name in sys.modules if name.split('.')[0] == 'ray'))"
     )
     done = subprocess.run(
@@ -176,7 +176,7 @@ ray = types.ModuleType("ray")
 ray.is_initialized = lambda: True
 ray.get_runtime_context = lambda: types.SimpleNamespace(get_actor_id=lambda: actor_id)
 sys.modules["ray"] = ray
-from dsh_cli.ray_data import Delegate
+from dsh_batch.ray_data import Delegate
 with Delegate(sys.argv[1], "subagent_example", cwd=sys.argv[2]):
     print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))
 """

@@ -12,8 +12,9 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dsh_cli.batch_io import BatchTask
 from dsh_cli.errors import UsageError
+
+from dsh_batch.files import BatchTask
 
 __all__ = ["check_base", "check_out_path", "check_task_cwds", "is_directory"]
 
@@ -42,19 +43,19 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def check_out_path(out: str, tasks: str, profile: str) -> None:
-    """``--out`` names a file that may receive records.
+def check_out_path(out: str, tasks: str | None, profile: str, *, name: str = "--out") -> None:
+    """``out`` names a file that may receive records (``name``: how the user gave it).
 
     Raises:
-        UsageError: it is a directory, the task file or the profile.
+        UsageError: it is a directory, the task file (``tasks``, if any) or the profile.
     """
     path = Path(out)
     if path.is_dir():
-        raise UsageError(f"--out {out!r} is a directory; give the results file's path")
-    if _same(path, Path(tasks)):
-        raise UsageError(f"--out {out!r} is the task file; give the results file its own path")
+        raise UsageError(f"{name} {out!r} is a directory; give the results file's path")
+    if tasks is not None and _same(path, Path(tasks)):
+        raise UsageError(f"{name} {out!r} is the task file; give the results file its own path")
     if _same(path, Path(profile)):
-        raise UsageError(f"--out {out!r} is the profile; give the results file its own path")
+        raise UsageError(f"{name} {out!r} is the profile; give the results file its own path")
 
 
 def check_task_cwds(

@@ -11,9 +11,9 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from dsh_cli.batch import BatchPlan
-from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile
-from dsh_cli.batch_ray import _Pool
+from dsh_batch.engine import BatchPlan
+from dsh_batch.files import BatchRecord, BatchTask, ResultsFile
+from dsh_batch.ray_pool import _Pool
 
 
 class RayError(Exception):
