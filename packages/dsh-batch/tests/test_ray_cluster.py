@@ -18,7 +18,7 @@ from dsh_batch.ray_cluster import (
 )
 from dsh_cli.logs import cli_logging
 
-pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-batch[ray])")
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from dsh_batch.files import BatchRecord, read_tasks
 from dsh_cli import StaticDiscovery
-from dsh_cli.batch_io import BatchRecord, read_tasks
 from dsh_cli.cli import main
 from dsh_subagent import (
     ResolvedSubagentStartRequest,
