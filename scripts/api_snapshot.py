@@ -27,6 +27,7 @@ DISTRIBUTIONS = {
     "dsh-subagent-codex": "dsh_subagent_codex",
     "dsh-subagent-claude-code": "dsh_subagent_claude_code",
     "dsh-subagent-acp": "dsh_subagent_acp",
+    "dsh-batch": "dsh_batch",
     "dsh-cli": "dsh_cli",
     "dsh-pydantic-ai": "dsh_pydantic_ai",
     "dsh-openai-agents": "dsh_openai_agents",

@@ -28,6 +28,7 @@ RELEASE_SET: Final = (
     "dsh-subagent-claude-code",
     "dsh-subagent-acp",
     "dsh-worktree",
+    "dsh-batch",
     "dsh-cli",
     "dsh-pydantic-ai",
     "dsh-openai-agents",
