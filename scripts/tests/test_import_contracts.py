@@ -136,14 +136,15 @@ def test_a_wrong_import_breaks_the_contract_it_crosses(tmp_path: Path, case: str
 
 def test_the_cli_exception_is_exactly_the_known_arrow() -> None:
     # Each ignored import must exist (import-linter errors on one that no longer matches),
-    # and every one starts in dsh_mcp and ends in dsh_cli: the arrow the profiles library
-    # removes. Anything wider would hide a new arrow.
+    # and every one starts in dsh_mcp or dsh_batch and ends in dsh_cli: the arrows the
+    # profiles library removes (dsh_batch's until dsh_profiles lands). Anything wider would
+    # hide a new arrow.
     ignored = _contracts()["nothing-imports-cli"]["ignore_imports"]
     assert isinstance(ignored, list)
     assert ignored
     for rule in ignored:
         importer, _, imported = str(rule).partition(" -> ")
-        assert importer.startswith("dsh_mcp.")
+        assert importer.startswith(("dsh_mcp.", "dsh_batch."))
         assert imported.startswith("dsh_cli.")
         assert "*" not in rule
 
