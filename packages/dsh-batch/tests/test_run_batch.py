@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,6 +14,7 @@ from dsh_batch import (
     BatchRecord,
     Notice,
     TaskLeft,
+    TaskSettled,
     TaskStarted,
     run_batch,
 )
@@ -161,3 +163,31 @@ def test_it_refuses_to_run_inside_an_event_loop_with_a_clear_error(profile: Path
             _run(profile, [{"id": "a", "task": "echo:alpha"}])
 
     anyio.run(inside)
+
+
+def test_it_leaves_the_hosts_signal_handlers_as_they_were(profile: Path) -> None:
+    """Deliberate: a library leaves SIGTERM to its host (``cancel=`` is how to stop a batch);
+    only the event loop's own Ctrl-C handling (asyncio's runner) is in place meanwhile."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    during: list[object] = []
+
+    def observe(event: BatchEvent) -> None:
+        during.append(signal.getsignal(signal.SIGTERM))
+
+    _run(profile, [{"id": "a", "task": "echo:alpha"}], observer=observe)
+    assert during
+    assert all(handler == before[signal.SIGTERM] for handler in during)
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_each_task_starts_before_it_settles(profile: Path) -> None:
+    events: list[BatchEvent] = []
+    _run(profile, [{"id": str(n), "task": f"echo:{n}"} for n in range(4)], observer=events.append)
+    for n in range(4):
+        kinds = [
+            type(e).__name__
+            for e in events
+            if (isinstance(e, TaskStarted) and e.id == str(n))
+            or (isinstance(e, TaskSettled) and e.record.id == str(n))
+        ]
+        assert kinds == ["TaskStarted", "TaskSettled"]
