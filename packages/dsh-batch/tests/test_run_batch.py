@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 from typing import Any, ClassVar
@@ -191,3 +192,26 @@ def test_each_task_starts_before_it_settles(profile: Path) -> None:
             or (isinstance(e, TaskSettled) and e.record.id == str(n))
         ]
         assert kinds == ["TaskStarted", "TaskSettled"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cwd": "/nonexistent/dir"}, "run_batch: field 'cwd': '/nonexistent/dir' is not an"),
+        ({"out": "."}, "run_batch: field 'out': '.' is a directory"),
+        ({"files": "/nonexistent/dir"}, "run_batch: field 'files': "),
+    ],
+)
+def test_a_bad_path_is_named_by_its_field(
+    profile: Path, options: dict[str, Any], message: str
+) -> None:
+    before = _Scripted.starts
+    with pytest.raises(UsageError, match=re.escape(message)):
+        run_batch(
+            [{"id": "a", "task": "x"}],
+            profile=profile,
+            target="subagent_scripted",
+            discovery=DISCOVERY,
+            **{"cwd": profile.parent, **options},
+        )
+    assert _Scripted.starts == before

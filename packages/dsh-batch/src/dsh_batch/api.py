@@ -198,11 +198,13 @@ def run_batch(
     cwd = None if settings.cwd is None else str(settings.cwd)
     base: str | None = None
     if not on_ray:
-        base = check_base(cwd)
+        base = check_base(cwd, name="run_batch: field 'cwd':")
     elif cwd is not None and not os.path.isabs(cwd):
         raise UsageError("run_batch: field 'cwd': with ray, an absolute path on the nodes")
     if settings.out is not None:
-        check_out_path(str(settings.out), None, str(settings.profile), name="out")
+        check_out_path(
+            str(settings.out), None, str(settings.profile), name="run_batch: field 'out':"
+        )
     concurrency = settings.concurrency or default_concurrency()
     composition = load_batch_profile(
         settings.profile,

@@ -24,15 +24,16 @@ def is_directory(path: str) -> bool:
     return os.path.isdir(path) and os.access(path, os.X_OK)
 
 
-def check_base(cwd: str | None) -> str:
-    """The absolute base directory of a local batch (``--cwd``, default: here).
+def check_base(cwd: str | None, *, name: str = "--cwd") -> str:
+    """The absolute base directory of a local batch (``cwd``, default: here; ``name``:
+    how the user gave it).
 
     Raises:
-        UsageError: ``--cwd`` is not an accessible directory.
+        UsageError: ``cwd`` is not an accessible directory.
     """
     base = os.path.abspath(cwd or ".")
     if not is_directory(base):
-        raise UsageError(f"--cwd {cwd!r} is not an accessible directory")
+        raise UsageError(f"{name} {cwd!r} is not an accessible directory")
     return base
 
 
