@@ -1,4 +1,5 @@
-"""What ``dsh batch`` checks before its first task: each failure is one usage error.
+"""What a batch checks before its first task (``dsh batch`` and ``run_batch``): each failure
+is one usage error.
 
 A batch either starts with everything it can know up front in order (the ``--cwd``
 directory, the results path, every task's workspace on this machine) or starts nothing

@@ -1,4 +1,5 @@
-"""``dsh batch --ray``: the same batch on a pool of warm Ray actors (the ``ray`` extra).
+"""A batch on Ray (``dsh batch --ray``, ``run_batch(ray=...)``): a pool of warm Ray actors (the
+``ray`` extra).
 
 The driver (the ``dsh`` process) validates the profile, then ships a *bundle* to the
 cluster through Ray's runtime environment (``working_dir``): a copy of ``--files DIR``
