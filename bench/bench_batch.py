@@ -148,7 +148,7 @@ def _free_port() -> int:
 def _start_ray(env: dict[str, str], temp: Path) -> tuple[str | None, str]:
     """A local head node on loopback; (address, note). ``None`` when Ray is missing."""
     if shutil.which("ray", path=str(BIN)) is None:
-        return None, "Ray is not installed (dsh-cli[ray]): row not measured"
+        return None, "Ray is not installed (dsh-batch[ray]): row not measured"
     address = f"127.0.0.1:{_free_port()}"
     started = subprocess.run(
         [
@@ -176,7 +176,7 @@ _PIPELINE = """
 import sys
 
 import ray
-from dsh_cli.ray_data import Delegate
+from dsh_batch.ray_data import Delegate
 
 address, bundle, tasks, cwd, out = sys.argv[1:]
 ray.init(address=address, runtime_env={"working_dir": bundle}, log_to_driver=False)

@@ -38,7 +38,7 @@ from dsh_contract_tests.fixtures import responses
 from dsh_subprocess import GUARD_PATH
 from dsh_subprocess.testing import ProcessWatch, SeenProcess, wait_gone
 
-pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-batch[ray])")
 
 # One worker runs every Ray cluster test: clusters started side by side contend for
 # Ray's fixed default ports (client server, dashboard agent).
@@ -563,7 +563,7 @@ PIPELINE = """
 import sys
 
 import ray
-from dsh_cli.ray_data import Delegate
+from dsh_batch.ray_data import Delegate
 
 address, bundle, tasks, cwd, out_json, out_parquet = sys.argv[1:]
 ray.init(address=address, runtime_env={"working_dir": bundle}, log_to_driver=False)

@@ -29,7 +29,7 @@ import pytest
 from dsh_contract_tests.fixtures import responses
 from dsh_subprocess.testing import become_subreaper, reap_adopted_zombies
 
-pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-batch[ray])")
 pytest.importorskip("pyarrow", reason="Ray Data needs pyarrow (dev group)")
 
 pytestmark = [pytest.mark.keyless, pytest.mark.xdist_group("ray")]

@@ -31,7 +31,7 @@ import pytest
 from dsh_subprocess.testing import become_subreaper, reap_adopted_zombies
 from unprivileged import unprivileged
 
-pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-batch[ray])")
 
 # One worker runs every Ray cluster test: clusters started side by side contend for
 # Ray's fixed default ports (client server, dashboard agent).

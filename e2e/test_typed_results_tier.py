@@ -166,7 +166,7 @@ async def test_mcp_declares_the_output_schema_and_returns_structured_content(
 
 
 def test_ray_data_rows_carry_the_validated_object(products: KeylessProducts) -> None:
-    from dsh_cli.ray_data import STRUCTURED_COLUMN, Delegate
+    from dsh_batch.ray_data import STRUCTURED_COLUMN, Delegate
 
     products.codex_model.enqueue(
         responses.PlainAnswer(json.dumps(VERDICT), "final_answer"),

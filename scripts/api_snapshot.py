@@ -28,6 +28,7 @@ DISTRIBUTIONS = {
     "dsh-subagent-claude-code": "dsh_subagent_claude_code",
     "dsh-subagent-acp": "dsh_subagent_acp",
     "dsh-profiles": "dsh_profiles",
+    "dsh-batch": "dsh_batch",
     "dsh-cli": "dsh_cli",
     "dsh-pydantic-ai": "dsh_pydantic_ai",
     "dsh-openai-agents": "dsh_openai_agents",

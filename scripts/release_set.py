@@ -29,6 +29,7 @@ RELEASE_SET: Final = (
     "dsh-subagent-acp",
     "dsh-worktree",
     "dsh-profiles",
+    "dsh-batch",
     "dsh-cli",
     "dsh-pydantic-ai",
     "dsh-openai-agents",

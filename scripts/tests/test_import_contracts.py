@@ -107,6 +107,16 @@ WRONG_IMPORTS = {
         "from dsh_cli import cli\n",
         ["floors", "nothing-imports-cli"],
     ),
+    "the batch engine imports the command line": (
+        "dsh_batch",
+        "from dsh_cli import cli\n",
+        ["floors", "nothing-imports-cli"],
+    ),
+    "the profiles library imports the batch engine": (
+        "dsh_profiles",
+        "import dsh_batch\n",
+        ["floors"],
+    ),
     # A module that imports the registry, which imports it back.
     "a cycle in a distribution without one": (
         "dsh_tool_jobs",

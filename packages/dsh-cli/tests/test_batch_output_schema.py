@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from dsh_cli.batch_io import BatchRecord, read_tasks
+from dsh_batch.files import BatchRecord, read_tasks
 from dsh_cli.cli import main
 from dsh_profiles import StaticDiscovery
 from dsh_subagent import (

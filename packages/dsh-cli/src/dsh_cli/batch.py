@@ -1,16 +1,17 @@
-"""``dsh batch``: many delegations from a task file, on this machine or on a Ray cluster.
+"""``dsh batch``: the command over the batch engine (:mod:`dsh_batch`): its checks in
+command-line terms, its lines on stderr and its exit status.
 
 ``dsh batch PROFILE TARGET tasks.jsonl --out results.jsonl`` runs every task of the file
-(see :mod:`dsh_cli.batch_io`) on one provider instance, at most ``--concurrency`` at a
+(see :mod:`dsh_batch.files`) on one provider instance, at most ``--concurrency`` at a
 time, and appends one record per task to the results file as each settles. The latest
 record per id counts: ids already in the results file are skipped, so running the same
 command again resumes an interrupted batch, and ``--retry-failed`` also runs the ids
 whose latest record is not ``completed``. Everything that can be checked before the
-first task is checked first (:mod:`dsh_cli.batch_checks`), and the results file is held
+first task is checked first (:mod:`dsh_batch.checks`), and the results file is held
 under an exclusive lock for the whole batch. Ctrl-C (or SIGTERM) cancels every run and
 exits 130 once every product's process tree is gone; runs cancelled that way are not
 recorded (they run again on resume). ``--ray [ADDRESS]`` runs the same batch on Ray
-(:mod:`dsh_cli.batch_ray`).
+(:mod:`dsh_batch.ray_pool`).
 
 Exit status: ``0`` every task completed and every line was good · ``1`` a task did not
 complete, a line was bad, or the batch failed outside a task · ``2`` usage or profile
@@ -27,71 +28,44 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final, Protocol, TextIO
+from types import FrameType
+from typing import Final, TextIO
 
 import anyio
+from dsh_batch.checks import check_base, check_out_path, check_task_cwds
+from dsh_batch.engine import (
+    FILES_PLACEHOLDER,
+    BatchPlan,
+    Interrupts,
+    Summary,
+    default_concurrency,
+    load_batch_profile,
+    select_tasks,
+    task_cwd,
+)
+from dsh_batch.files import BatchTask, ResultsFile, TaskList, read_tasks
+from dsh_batch.local import run_local
+from dsh_batch.schema import typed_row_schema, with_output_schema, with_schema
 from dsh_profiles.confinement import announce_confinement
 from dsh_profiles.discovery import ProviderDiscovery
-from dsh_profiles.errors import ProfileError, UsageError
+from dsh_profiles.errors import UsageError
 from dsh_profiles.isolation import (
     check_branch_count,
     check_isolation,
     isolate_from_flags,
     worktree_from_flags,
 )
-from dsh_profiles.loader import Composition, compose
+from dsh_profiles.loader import Composition
 from dsh_profiles.options import budget_from, resolve_target
-from dsh_profiles.profile import parse_profile, read_profile
-from dsh_profiles.runtime import open_runtime
-from dsh_profiles.warm import Warm, batch_warm
-from dsh_subagent import (
-    ABORTED,
-    ERROR,
-    Budget,
-    CancelController,
-    CancelSignal,
-    Changes,
-    ParentContext,
-    SubagentError,
-    SubagentResult,
-    SubagentService,
-    SubagentStartRequest,
-    TextBlock,
-    Usage,
-)
-from dsh_worktree import for_task
-from pydantic import JsonValue
+from dsh_profiles.warm import batch_warm
+from dsh_subagent import CancelController
 
-from dsh_cli.batch_checks import check_base, check_out_path, check_task_cwds
-from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile, TaskList, read_tasks
-from dsh_cli.batch_schema import (
-    typed_row_schema,
-    with_output_schema,
-    with_schema,
-)
+from dsh_cli.batch_progress import BatchDisplay
 
-__all__ = [
-    "FILES_PLACEHOLDER",
-    "BatchPlan",
-    "FirstStartAlone",
-    "StartGate",
-    "cmd_batch",
-    "default_concurrency",
-    "load_batch_profile",
-    "run_task",
-    "task_cwd",
-]
-
-FILES_PLACEHOLDER: Final = "${DSH_FILES}"
-"""Stands for the batch's files directory in profile strings and task ``cwd`` values."""
-
-BATCH_SESSION: Final = "dsh-batch"
-"""The parent session id every run of a batch carries."""
+__all__ = ["cmd_batch"]
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -99,227 +73,12 @@ EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
 
 
-def default_concurrency() -> int:
-    """The CPU count this process may use (at least 1)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def _substitute(value: Any, files: str) -> Any:
-    if isinstance(value, str):
-        return value.replace(FILES_PLACEHOLDER, files)
-    if isinstance(value, Mapping):
-        return {key: _substitute(item, files) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_substitute(item, files) for item in value]
-    return value
-
-
-def _mentions(value: Any) -> bool:
-    if isinstance(value, str):
-        return FILES_PLACEHOLDER in value
-    if isinstance(value, Mapping):
-        return any(_mentions(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return any(_mentions(item) for item in value)
-    return False
-
-
-def load_batch_profile(
-    path: str | Path,
-    files: str | None,
-    *,
-    discovery: ProviderDiscovery | None = None,
-    confinement: str | None = None,
-    warm: Warm | None = None,
-) -> Composition:
-    """Read and compose a profile, replacing ``${DSH_FILES}`` in every string with ``files``
-    (``confinement``: the ``--confinement`` override; ``warm``: ready products, see
-    :func:`~dsh_cli.compose`).
-
-    Raises:
-        ProfileError: the profile is invalid, or it uses ``${DSH_FILES}`` without ``files``.
-    """
-    source = str(path)
-    raw = read_profile(path).model_dump()
-    if files is None:
-        if _mentions(raw):
-            raise ProfileError(source, [f"the profile uses {FILES_PLACEHOLDER}: pass --files DIR"])
-        return compose(
-            parse_profile(raw, source),
-            source=source,
-            discovery=discovery,
-            confinement=confinement,
-            warm=warm,
-        )
-    return compose(
-        parse_profile(_substitute(raw, files), source),
-        source=source,
-        discovery=discovery,
-        confinement=confinement,
-        warm=warm,
-    )
-
-
-def task_cwd(task: BatchTask, base: str, files: str | None) -> str:
-    """The task's workspace: its ``cwd`` (default ``.``) resolved against ``base``.
-
-    ``${DSH_FILES}`` in it stands for ``files``. Lexical only: the provider probes the
-    directory when the run starts, and a missing one fails that task alone.
-    """
-    raw = task.cwd or "."
-    if files is not None:
-        raw = raw.replace(FILES_PLACEHOLDER, files)
-    return os.path.normpath(os.path.join(base, raw))
-
-
-class StartGate(Protocol):
-    """Orders product starts: ``async with gate.passage(): await service.start(...)``."""
-
-    def passage(self) -> AbstractAsyncContextManager[None]:
-        """Held around one product start."""
-        ...
-
-
-class FirstStartAlone:
-    """The batch's first product start runs alone; once one start succeeded, none waits.
-
-    Deliberate: a product that initialises state in its home on first use can fail when
-    several copies do that at once (two Codex app-servers initialising one fresh
-    ``CODEX_HOME`` race on its sqlite state and one exits during ``initialize``). Only
-    the start is serialised, and only until the first one succeeded.
-    """
-
-    def __init__(self) -> None:
-        self._lock = anyio.Lock()
-        self._warm = False
-
-    @asynccontextmanager
-    async def _passage(self) -> AsyncIterator[None]:
-        if self._warm:
-            yield
-            return
-        async with self._lock:
-            yield
-            self._warm = True  # not reached when the start failed: the next one goes alone
-
-    def passage(self) -> AbstractAsyncContextManager[None]:
-        """Held around one product start."""
-        return self._passage()
-
-
-def _safe_message(exc: BaseException) -> str:
-    """A failure as one safe line: a SubagentError's message, else only the type name."""
-    if isinstance(exc, SubagentError):
-        return exc.message
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_safe_message(inner) for inner in exc.exceptions)
-    return f"internal error ({type(exc).__name__})"
-
-
-async def run_task(
-    service: SubagentService,
-    provider: str,
-    task: BatchTask,
-    cwd: str,
-    cancel: CancelSignal,
-    budget: Budget | None = None,
-    gate: StartGate | None = None,
-) -> BatchRecord | None:
-    """Delegate one task, dispose the run and return its record.
-
-    ``gate`` (if given) is held around the product start (see :class:`FirstStartAlone`).
-
-    ``None`` when ``cancel`` fired (the batch was interrupted) and the run was cancelled
-    by it: such a task is not recorded, so a resumed batch runs it again. A start that
-    fails for another reason is an ``error`` record whose diagnostic says why. The record
-    is returned only after the run's whole process tree has exited.
-    """
-    started = time.monotonic()
-
-    def record(
-        stop_reason: str,
-        answer: str = "",
-        diagnostic: str | None = None,
-        usage: Usage | None = None,
-        changes: Changes | None = None,
-        structured: JsonValue = None,
-    ) -> BatchRecord:
-        return BatchRecord(
-            id=task.id,
-            stop_reason=stop_reason,
-            answer=answer,
-            diagnostic=diagnostic,
-            usage=usage,
-            changes=changes,
-            elapsed_seconds=round(time.monotonic() - started, 3),
-            structured=structured,
-        )
-
-    request = SubagentStartRequest(
-        prompt=(TextBlock(text=task.task),),
-        parent=ParentContext(session_id=BATCH_SESSION, cwd=cwd),
-        cancel=cancel,
-        label=f"dsh batch {task.id}",
-        budget=budget,
-        output_schema=task.output_schema,
-    )
-    try:
-        # An isolated run names the task on its commit and in its branch (dsh-worktree).
-        with for_task(task.id):
-            if gate is None:
-                run = await service.start(provider, request)
-            else:
-                async with gate.passage():
-                    run = await service.start(provider, request)
-    except SubagentError as exc:
-        return (
-            None if cancel.aborted else record(ERROR, diagnostic=f"could not start: {exc.message}")
-        )
-    result: SubagentResult | None = None
-    failure = "internal error (no result)"
-    try:
-        result = await run.result()
-    except Exception as exc:
-        failure = _safe_message(exc)
-    finally:
-        with anyio.CancelScope(shield=True):
-            try:
-                await run.dispose()
-            except Exception as exc:
-                result, failure = None, f"teardown failed: {_safe_message(exc)}"
-    if result is None:
-        return record(ERROR, diagnostic=failure)
-    if cancel.aborted and result.stop_reason == ABORTED:
-        return None
-    return record(
-        result.stop_reason,
-        result.text,
-        result.diagnostic,
-        result.usage,
-        result.changes,
-        result.structured,
-    )
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """What a batch will run: the tasks not yet in the results file, in file order."""
-
-    tasks: tuple[BatchTask, ...]
-    provider: str
-    budget: Budget | None
-    concurrency: int
-
-
 def cmd_batch(
     args: argparse.Namespace, out: TextIO, err: TextIO, discovery: ProviderDiscovery | None
 ) -> int:
-    """Run ``dsh batch``; returns the exit status (usage problems raise ``DshCliError``).
+    """Run ``dsh batch``; returns the exit status (usage problems raise ``DshProfilesError``).
 
-    Everything that can be checked before the first task is (:mod:`dsh_cli.batch_checks`),
+    Everything that can be checked before the first task is (:mod:`dsh_batch.checks`),
     and the results file is held under an exclusive lock for the whole batch; a problem
     found on the way is one usage error with nothing started and nothing recorded.
     """
@@ -369,26 +128,29 @@ def cmd_batch(
         if not todo:  # nothing to run: connect to nothing, start nothing
             return _report(Summary(0, 0, False, 0), bad, args.out, results, err)
         if args.ray is not None:
-            from dsh_cli.batch_ray import check_ray, run_on_ray
+            from dsh_batch.ray_pool import check_ray, run_on_ray
 
             check_ray(args.ray or None)
-            summary = run_on_ray(
-                args.ray or None,
-                profile=Path(args.profile),
-                files=files,
-                plan=BatchPlan(todo, provider, budget, args.concurrency or 0),
-                base_cwd=args.cwd,
-                retries=args.ray_retries,
-                results=results,
-                err=err,
-                worktree=worktree,
-                confinement=args.confinement,
-                warm=args.warm,
-            )
+            interrupts = Interrupts()
+            with BatchDisplay(len(todo), err) as display, _signals_to(interrupts):
+                summary = run_on_ray(
+                    args.ray or None,
+                    profile=Path(args.profile),
+                    files=files,
+                    plan=BatchPlan(todo, provider, budget, args.concurrency or 0),
+                    base_cwd=args.cwd,
+                    retries=args.ray_retries,
+                    results=results,
+                    observer=display.event,
+                    interrupts=interrupts,
+                    worktree=worktree,
+                    confinement=args.confinement,
+                    warm=args.warm,
+                )
         else:
             assert base is not None
             plan = BatchPlan(todo, provider, budget, args.concurrency or default_concurrency())
-            summary = anyio.run(_run_local, composition, plan, base, files, results, err)
+            summary = anyio.run(_run_here, composition, plan, base, files, results, err)
         return _report(summary, bad, args.out, results, err)
     finally:
         results.close()
@@ -397,16 +159,15 @@ def cmd_batch(
 def _plan(
     args: argparse.Namespace, task_list: TaskList, results: ResultsFile, err: TextIO
 ) -> tuple[BatchTask, ...]:
-    """The tasks to run (the latest record per id counts), after reporting what is skipped."""
+    """The tasks to run (the engine's choice), after reporting what is skipped."""
     for line_no in results.unreadable:
         print(f"dsh: {args.out} line {line_no}: not a result record; ignored", file=err)
     for line in task_list.bad_lines:
         print(f"dsh: {args.tasks} line {line.line_no}: {line.reason}; skipped", file=err)
     total = len(task_list.tasks)
-    completed = results.completed
     recorded = results.done
+    todo = select_tasks(task_list.tasks, results, retry_failed=args.retry_failed)
     if args.retry_failed:
-        todo = tuple(task for task in task_list.tasks if task.id not in completed)
         again = sum(1 for task in todo if task.id in recorded)
         if total - len(todo) or again:
             note = f" ({again} again after a failed record)" if again else ""
@@ -416,27 +177,15 @@ def _plan(
                 file=err,
             )
         return todo
-    todo = tuple(task for task in task_list.tasks if task.id not in recorded)
     skipped = total - len(todo)
     if skipped:
-        failed = sum(1 for task in task_list.tasks if task.id in recorded - completed)
+        failed = sum(1 for task in task_list.tasks if task.id in recorded - results.completed)
         note = f" ({failed} of them failed; --retry-failed runs those again)" if failed else ""
         print(
             f"dsh: {skipped} of {total} tasks already in {args.out}{note}; running {len(todo)}",
             file=err,
         )
     return todo
-
-
-@dataclass(frozen=True)
-class Summary:
-    """How a batch ended."""
-
-    done: int
-    failed: int
-    interrupted: bool
-    not_run: int
-    error: str | None = None
 
 
 def _report(summary: Summary, bad: int, out_path: str, results: ResultsFile, err: TextIO) -> int:
@@ -459,21 +208,36 @@ def _report(summary: Summary, bad: int, out_path: str, results: ResultsFile, err
     return EXIT_OK if summary.failed == 0 and bad == 0 else EXIT_FAILED
 
 
-async def _watch_signals(
-    controller: CancelController, on_first: Sequence[Any], err: TextIO
-) -> None:
+@contextmanager
+def _signals_to(interrupts: Interrupts) -> Iterator[None]:
+    """SIGINT and SIGTERM become requests in ``interrupts`` while the Ray pool runs."""
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        interrupts.request(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+async def _watch_signals(controller: CancelController, display: BatchDisplay, err: TextIO) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             if controller.signal.aborted:
                 print("dsh: still cancelling; waiting for every product to exit", file=err)
                 continue
             name = signal.Signals(signum).name
-            for announce in on_first:
-                announce(name)
+            display.message(
+                f"dsh: {name}: cancelling {display.running} running task(s); "
+                "waiting for every product to exit"
+            )
             controller.cancel(f"interrupted ({name})")
 
 
-async def _run_local(
+async def _run_here(
     composition: Composition,
     plan: BatchPlan,
     base: str,
@@ -481,59 +245,15 @@ async def _run_local(
     results: ResultsFile,
     err: TextIO,
 ) -> Summary:
-    from dsh_cli.batch_progress import BatchDisplay
-
+    """The local runner under a display, with SIGINT and SIGTERM cancelling the batch."""
     controller = CancelController()
-    cancel = controller.signal
-    failure: str | None = None
     with BatchDisplay(len(plan.tasks), err) as display:
-
-        def announce(name: str) -> None:
-            display.message(
-                f"dsh: {name}: cancelling {display.running} running task(s); "
-                "waiting for every product to exit"
-            )
-
-        gate = FirstStartAlone()
-
-        async def one(service: SubagentService, task: BatchTask, slots: anyio.Semaphore) -> None:
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(_watch_signals, controller, display, err)
             try:
-                cwd = task_cwd(task, base, files)
-                record = await run_task(
-                    service, plan.provider, task, cwd, cancel, plan.budget, gate
+                summary = await run_local(
+                    composition, plan, base, files, results, controller.signal, display.event
                 )
             finally:
-                slots.release()
-            if record is None:
-                display.left()
-            else:
-                results.append(record)
-                display.settled_one(record)
-
-        async def drive() -> None:
-            slots = anyio.Semaphore(plan.concurrency)
-            async with open_runtime(composition) as runtime, anyio.create_task_group() as tg:
-                runtime.service.keep_ready(plan.provider, base)  # the tasks' default cwd
-                for task in plan.tasks:
-                    await slots.acquire()
-                    if cancel.aborted:
-                        slots.release()
-                        break
-                    display.started()
-                    tg.start_soon(one, runtime.service, task, slots)
-
-        async with anyio.create_task_group() as outer:
-            outer.start_soon(_watch_signals, controller, [announce], err)
-            try:
-                await drive()
-            except Exception as exc:
-                failure = _safe_message(exc)
-            finally:
                 outer.cancel_scope.cancel()
-        return Summary(
-            done=display.done,
-            failed=display.failed,
-            interrupted=cancel.aborted,
-            not_run=len(plan.tasks) - display.settled,
-            error=failure,
-        )
+    return summary

@@ -1,6 +1,6 @@
 """The ``dsh batch`` command line: its arguments, checked as argparse reads them.
 
-What the arguments mean and how a batch runs is :mod:`dsh_cli.batch`'s.
+What the arguments mean is :mod:`dsh_cli.batch`'s; how a batch runs is :mod:`dsh_batch`'s.
 """
 
 from __future__ import annotations
@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dsh_batch.engine import FILES_PLACEHOLDER
 from dsh_profiles.confinement import add_confinement_flag
 from dsh_profiles.warm import BATCH_WARM_MAX, SERVER_WARM, add_warm_flag
 
-from dsh_cli.batch import FILES_PLACEHOLDER
-from dsh_cli.batch_schema import add_output_schema_flag
 from dsh_cli.isolation import add_worktree_flags
 from dsh_cli.options import add_budget_flags
 
@@ -37,6 +36,18 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
     return value
+
+
+def add_output_schema_flag(parser: argparse.ArgumentParser) -> None:
+    """The ``--output-schema`` option of ``dsh batch``."""
+    parser.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        default=None,
+        help="a JSON Schema (object root) every task's answer must match, unless the task "
+        "line has its own output_schema; records then carry 'structured' (the validated "
+        "object), and an answer that does not match is an error record (output-invalid)",
+    )
 
 
 def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -92,7 +103,7 @@ def add_batch_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         const="",
         default=None,
         metavar="ADDRESS",
-        help="run on Ray (needs dsh-cli[ray]); without ADDRESS: RAY_ADDRESS, else the "
+        help="run on Ray (needs dsh-batch[ray]); without ADDRESS: RAY_ADDRESS, else the "
         "cluster started on this machine with `ray start`, else a new local Ray instance",
     )
     batch.add_argument(

@@ -1,8 +1,9 @@
 """What ``dsh batch`` shows while it runs: a live bar on a terminal, plain lines otherwise.
 
-On a TTY a ``rich`` progress bar shows tasks settled out of the total, done / failed /
-running counts, elapsed time and an ETA. Elsewhere (a log file, CI) each settled task is
-one line: ``dsh: [3/10] issue-17: completed in 4.2s``. Both go to stderr; the records
+It renders the batch engine's progress events (:mod:`dsh_batch.events`). On a TTY a
+``rich`` progress bar shows tasks settled out of the total, done / failed / running
+counts, elapsed time and an ETA. Elsewhere (a log file, CI) each settled task is one
+line: ``dsh: [3/10] issue-17: completed in 4.2s``. Both go to stderr; the records
 themselves go only to the results file.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import TextIO
 
-from dsh_subagent import COMPLETED
+from dsh_batch.events import BatchCounts, BatchEvent, Notice, TaskSettled
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -23,14 +24,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from dsh_cli.batch_io import BatchRecord
-
 __all__ = ["BatchDisplay"]
 
 _COUNTS = "done {task.fields[done]} · failed {task.fields[failed]} · running {task.fields[running]}"
 
 
-class BatchDisplay:
+class BatchDisplay(BatchCounts):
     """Counts of one batch, shown as a live bar (``live=True``) or as plain lines.
 
     Args:
@@ -40,19 +39,11 @@ class BatchDisplay:
     """
 
     def __init__(self, total: int, err: TextIO, *, live: bool | None = None) -> None:
-        self.total = total
-        self.done = 0
-        self.failed = 0
-        self.running = 0
+        super().__init__(total)
         self._err = err
         self._live = err.isatty() if live is None else live
         self._progress: Progress | None = None
         self._task: TaskID | None = None
-
-    @property
-    def settled(self) -> int:
-        """Tasks settled so far (done and failed)."""
-        return self.done + self.failed
 
     def __enter__(self) -> BatchDisplay:
         if self._live:
@@ -95,26 +86,16 @@ class BatchDisplay:
                 running=self.running,
             )
 
-    def started(self) -> None:
-        """One more task is running."""
-        self.running += 1
-        self._refresh()
-
-    def left(self) -> None:
-        """A running task ended without a record (interrupted)."""
-        self.running -= 1
-        self._refresh()
-
-    def settled_one(self, record: BatchRecord) -> None:
-        """A task settled and its record was written."""
-        self.running -= 1
-        if record.stop_reason == COMPLETED:
-            self.done += 1
-        else:
-            self.failed += 1
+    def event(self, event: BatchEvent) -> None:
+        """Show one event of the engine (the observer ``dsh batch`` gives it)."""
+        if isinstance(event, Notice):
+            self.message(f"dsh: {event.text}")
+            return
+        self.apply(event)
         if self._progress is not None:
             self._refresh()
-        else:
+        elif isinstance(event, TaskSettled):
+            record = event.record
             print(
                 f"dsh: [{self.settled}/{self.total}] {record.id}: {record.stop_reason} "
                 f"in {record.elapsed_seconds:.1f}s",

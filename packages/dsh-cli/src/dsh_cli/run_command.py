@@ -34,6 +34,7 @@ from typing import Final, TextIO, TypeVar
 
 import anyio
 import anyio.abc
+from dsh_batch.schema import typed_row_schema
 from dsh_profiles.confinement import add_confinement_flag, announce_confinement
 from dsh_profiles.discovery import ProviderDiscovery
 from dsh_profiles.errors import UsageError
@@ -62,7 +63,6 @@ from dsh_subagent.tool import ToolCallContext, run_tool_call
 from dsh_tool_jobs import JobSnapshot
 from pydantic import JsonValue
 
-from dsh_cli.batch_schema import typed_row_schema
 from dsh_cli.isolation import add_worktree_flags
 from dsh_cli.options import add_budget_flags
 from dsh_cli.progress_view import LiveView, PlainView, RunView

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dsh_cli.ray_data import OUTPUT_COLUMNS, Delegate
+from dsh_batch.ray_data import OUTPUT_COLUMNS, Delegate
 from dsh_profiles.errors import UsageError
 from dsh_subprocess.testing import ProcessWatch
 from dsh_worktree.testing import git_out as _git
@@ -93,7 +93,7 @@ def test_a_bad_target_fails_construction_and_starts_nothing(profile: Path) -> No
 
 def test_nothing_imports_ray_unless_asked() -> None:
     code = (
-        "import sys, dsh_cli.cli, dsh_cli.batch_ray, dsh_cli.ray_data\n"
+        "import sys, dsh_batch, dsh_batch.actor, dsh_batch.ray_pool, dsh_batch.ray_data\n"
         "print(sorted(name for name in sys.modules if name.split('.')[0] == 'ray'))"
     )
     done = subprocess.run(
@@ -176,7 +176,7 @@ ray = types.ModuleType("ray")
 ray.is_initialized = lambda: True
 ray.get_runtime_context = lambda: types.SimpleNamespace(get_actor_id=lambda: actor_id)
 sys.modules["ray"] = ray
-from dsh_cli.ray_data import Delegate
+from dsh_batch.ray_data import Delegate
 with Delegate(sys.argv[1], "subagent_example", cwd=sys.argv[2]):
     print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))
 """
@@ -209,7 +209,7 @@ def test_a_delegate_makes_only_its_ray_actor_not_dumpable(
 
 def test_a_delegate_built_where_ray_is_imported_but_not_connected_starts_no_ray() -> None:
     """Asking Ray whether this is an actor would start a local Ray instance here."""
-    pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+    pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-batch[ray])")
     code = (
         "import ray, psutil\n"
         "from dsh_subprocess.protect import protect_ray_actor_process\n"

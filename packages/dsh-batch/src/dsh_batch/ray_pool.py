@@ -1,9 +1,10 @@
-"""``dsh batch --ray``: the same batch on a pool of warm Ray actors (the ``ray`` extra).
+"""A batch on Ray (``dsh batch --ray``, ``run_batch(ray=...)``): a pool of warm Ray actors (the
+``ray`` extra).
 
 The driver (the ``dsh`` process) validates the profile, then ships a *bundle* to the
 cluster through Ray's runtime environment (``working_dir``): a copy of ``--files DIR``
 with the profile inside it. It starts a pool of ``--concurrency`` actors (default: the
-cluster's CPUs), one CPU each (:class:`~dsh_cli.batch_actor.BatchActor`): each composes
+cluster's CPUs), one CPU each (:class:`~dsh_batch.actor.BatchActor`): each composes
 the profile from its unpacked copy of the bundle once (``${DSH_FILES}`` names that copy,
 so nothing depends on paths that exist only on the head node) and keeps one
 ``SubagentService`` open for its life. The driver hands a task to an actor only once the
@@ -11,7 +12,7 @@ actor is constructed and idle, so a task starts on its actor the moment it is ha
 over, and appends each record to the results file as it arrives. Actors Ray cannot
 place (more than the cluster's free CPUs) simply get no task until they are placed.
 
-Every node needs ``dsh-cli[ray]`` and the provider distributions the profile uses
+Every node needs ``dsh-batch[ray]`` and the provider distributions the profile uses
 installed in the Python environment Ray runs. Credentials are never shipped: a
 profile's ``pass_env`` reads the environment of the worker (set it where the node's Ray
 is started, or through your cluster's secret mechanism).
@@ -34,27 +35,32 @@ batch ends every actor is closed and killed.
 from __future__ import annotations
 
 import shutil
-import signal
 import socket
 import tempfile
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import Any, Final, TextIO
+from typing import Any, Final
 
 from dsh_profiles.errors import UsageError
 from dsh_profiles.profile import read_profile
 from dsh_profiles.telemetry import export_requested
-from dsh_subagent import ERROR
+from dsh_subagent import ERROR, CancelSignal
 from dsh_worktree import Worktree
 
-from dsh_cli.batch import BatchPlan, Summary
-from dsh_cli.batch_actor import BUNDLE_PROFILE, BatchActor
-from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile
-from dsh_cli.batch_progress import BatchDisplay
-from dsh_cli.ray_cluster import RayUnavailableError, connect_ray, import_ray, one_line
+from dsh_batch.actor import BUNDLE_PROFILE, BatchActor
+from dsh_batch.engine import BatchPlan, Interrupts, RecordSink, Summary
+from dsh_batch.events import (
+    BatchCounts,
+    BatchObserver,
+    Notice,
+    TaskLeft,
+    TaskSettled,
+    TaskStarted,
+)
+from dsh_batch.files import BatchRecord, BatchTask
+from dsh_batch.ray_cluster import RayUnavailableError, connect_ray, import_ray, one_line
 
 __all__ = ["BUNDLE_PROFILE", "check_ray", "import_ray", "run_on_ray"]
 
@@ -107,8 +113,10 @@ def run_on_ray(
     plan: BatchPlan,
     base_cwd: str | None,
     retries: int,
-    results: ResultsFile,
-    err: TextIO,
+    results: RecordSink,
+    observer: BatchObserver | None = None,
+    interrupts: Interrupts | None = None,
+    cancel: CancelSignal | None = None,
     worktree: Worktree | None = None,
     confinement: str | None = None,
     warm: int | None = None,
@@ -118,6 +126,9 @@ def run_on_ray(
     ``worktree``: ``--worktree`` settings every actor isolates its instance with;
     ``confinement``: the ``--confinement`` mode every actor composes the profile with;
     ``warm``: ``--warm``, each actor's ready products (``None``: the actor's default).
+    Progress goes to ``observer`` as events. The first request in ``interrupts`` (or
+    ``cancel`` firing) cancels the run in progress on every actor; a second request kills
+    those actors. No signal handler is installed: the caller feeds ``interrupts``.
 
     Raises:
         UsageError: Ray is not installed.
@@ -128,7 +139,7 @@ def run_on_ray(
             passed = {name for row in read_profile(profile).providers for name in row.pass_env}
             with connect_ray(address, {"working_dir": stage}, passed) as ray:
                 pool = _Pool(ray, plan, base_cwd, retries, worktree, confinement, warm)
-                return pool.drive(results, err)
+                return pool.drive(results, observer, interrupts or Interrupts(), cancel)
         except RayUnavailableError as exc:
             return Summary(0, 0, False, len(plan.tasks), f"could not reach Ray: {exc}")
         except KeyboardInterrupt:  # Ctrl-C while Ray was starting: nothing ran
@@ -178,7 +189,8 @@ class _Pool:
         self._slots = [self._new_slot() for _ in range(min(size, len(plan.tasks)))]
         self._queue = deque(plan.tasks)
         self._attempts: Counter[str] = Counter()
-        self._signals: list[int] = []
+        self._interrupts = Interrupts()
+        self._cancel: CancelSignal | None = None
         self._start_problem: str | None = None
         self._start_failure: str | None = None
         self._ask_telemetry = export_requested()  # this environment asks for export
@@ -187,43 +199,48 @@ class _Pool:
         actor = self._actor_class.remote(*self._args)
         return _Slot(actor, actor.ready.remote())
 
-    def drive(self, results: ResultsFile, err: TextIO) -> Summary:
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            self._signals.append(signum)
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    def drive(
+        self,
+        results: RecordSink,
+        observer: BatchObserver | None,
+        interrupts: Interrupts,
+        cancel: CancelSignal | None,
+    ) -> Summary:
+        self._interrupts, self._cancel = interrupts, cancel
+        counts = BatchCounts(len(self._plan.tasks), observer)
         try:
-            with BatchDisplay(len(self._plan.tasks), err) as display:
-                self._loop(results, display)
-                return Summary(
-                    done=display.done,
-                    failed=display.failed,
-                    interrupted=bool(self._signals),
-                    not_run=len(self._plan.tasks) - display.settled,
-                    error=self._start_failure,
-                )
+            self._loop(results, counts)
+            return Summary(
+                done=counts.done,
+                failed=counts.failed,
+                interrupted=self._interrupted,
+                not_run=len(self._plan.tasks) - counts.settled,
+                error=self._start_failure,
+            )
         finally:
-            try:
-                self._shut_down()
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+            self._shut_down()
 
-    def _loop(self, results: ResultsFile, display: BatchDisplay) -> None:
+    @property
+    def _interrupted(self) -> bool:
+        return self._interrupts.count > 0
+
+    def _loop(self, results: RecordSink, counts: BatchCounts) -> None:
         handled = 0
         while True:
-            if len(self._signals) > handled:
-                self._escalate(handled, self._signals[-1], display)
-                handled = len(self._signals)
-            if not self._signals:
-                self._dispatch(display)
+            if self._cancel is not None and self._cancel.aborted and not self._interrupted:
+                self._interrupts.request("cancelled")
+            if self._interrupts.count > handled:
+                self._escalate(handled, self._interrupts.last or "interrupted", counts)
+                handled = self._interrupts.count
+            if not self._interrupted:
+                self._dispatch(counts)
             waiting: dict[Any, _Slot] = {}
             for slot in self._slots:
                 if slot.job is not None:
                     waiting[slot.job.ref] = slot
-                elif slot.ready is not None and not self._signals:
+                elif slot.ready is not None and not self._interrupted:
                     waiting[slot.ready] = slot
-            if not any(slot.job for slot in self._slots) and (self._signals or not self._queue):
+            if not any(slot.job for slot in self._slots) and (self._interrupted or not self._queue):
                 return
             if not waiting:  # tasks left, and no actor that could ever take them
                 problem = self._start_problem or "no Ray actor of the pool could be started"
@@ -233,11 +250,11 @@ class _Pool:
             for ref in ready:
                 slot = waiting[ref]
                 if slot.job is not None and slot.job.ref == ref:
-                    self._finished(slot, results, display)
+                    self._finished(slot, results, counts)
                 else:
-                    self._constructed(slot, display)
+                    self._constructed(slot, counts)
 
-    def _dispatch(self, display: BatchDisplay) -> None:
+    def _dispatch(self, counts: BatchCounts) -> None:
         for slot in self._slots:
             if not self._queue:
                 return
@@ -245,9 +262,9 @@ class _Pool:
                 task = self._queue.popleft()
                 ref = slot.actor.run.remote(task.model_dump_json())
                 slot.job = _Job(task, ref, time.monotonic())
-                display.started()
+                counts.emit(TaskStarted(task.id))
 
-    def _constructed(self, slot: _Slot, display: BatchDisplay) -> None:
+    def _constructed(self, slot: _Slot, counts: BatchCounts) -> None:
         ray = self._ray
         try:
             ray.get(slot.ready)
@@ -263,14 +280,14 @@ class _Pool:
             self._ask_telemetry = False
             reason = ray.get(slot.actor.telemetry.remote())
             if reason is not None:
-                display.message(f"dsh: warning: the Ray actors export no telemetry: {reason}")
+                counts.emit(Notice(f"warning: the Ray actors export no telemetry: {reason}"))
 
-    def _finished(self, slot: _Slot, results: ResultsFile, display: BatchDisplay) -> None:
+    def _finished(self, slot: _Slot, results: RecordSink, counts: BatchCounts) -> None:
         ray = self._ray
         job = slot.job
         assert job is not None
         slot.job = None
-        interrupted = bool(self._signals)
+        interrupted = self._interrupted
         try:
             value = ray.get(job.ref)
         except ray.exceptions.RayActorError as exc:
@@ -280,56 +297,57 @@ class _Pool:
                 self._attempts[job.task.id] += 1
                 self._queue.appendleft(job.task)
                 attempt = self._attempts[job.task.id] + 1
-                display.message(
-                    f"dsh: {job.task.id}: the Ray actor running it died ({name}); running it "
-                    f"again from scratch (attempt {attempt} of {self._retries + 1})"
+                counts.emit(
+                    Notice(
+                        f"{job.task.id}: the Ray actor running it died ({name}); running it "
+                        f"again from scratch (attempt {attempt} of {self._retries + 1})"
+                    )
                 )
             self._replace(slot)
             if interrupted or retry:
-                display.left()
+                counts.emit(TaskLeft(job.task.id))
                 return
             attempts = f"{self._retries + 1} attempts" if self._retries else "--ray-retries 0"
             record = _failed(job, f"the Ray actor running this task died ({name}; {attempts})")
         except ray.exceptions.RayError as exc:
             if interrupted:
-                display.left()
+                counts.emit(TaskLeft(job.task.id))
                 return
             record = _failed(job, f"the Ray actor raised {type(exc).__name__}")
         else:
             if value is None:  # cancelled: not recorded, runs again on resume
-                display.left()
+                counts.emit(TaskLeft(job.task.id))
                 return
             record = BatchRecord.model_validate_json(value)
         results.append(record)
-        display.settled_one(record)
+        counts.emit(TaskSettled(record))
 
     def _replace(self, slot: _Slot) -> None:
         """A new actor in a dead one's place while tasks are left (its products went with it)."""
         self._ray.kill(slot.actor, no_restart=True)
-        if self._signals or not self._queue:
+        if self._interrupted or not self._queue:
             self._slots.remove(slot)
             return
         replacement = self._new_slot()
         slot.actor, slot.ready = replacement.actor, replacement.ready
 
-    def _escalate(self, handled: int, signum: int, display: BatchDisplay) -> None:
-        name = signal.Signals(signum).name
+    def _escalate(self, handled: int, name: str, counts: BatchCounts) -> None:
         running = [slot for slot in self._slots if slot.job is not None]
         if handled == 0:
-            display.message(
-                f"dsh: {name}: cancelling {len(running)} running task(s) on Ray; waiting for "
-                "every product to exit (again to kill the actors)"
+            counts.emit(
+                Notice(
+                    f"{name}: cancelling {len(running)} running task(s) on Ray; waiting for "
+                    "every product to exit (again to kill the actors)"
+                )
             )
             for slot in running:
                 slot.actor.cancel.remote()
         elif handled == 1:
-            display.message(
-                f"dsh: {name}: killing the Ray actors; their guards remove the products"
-            )
+            counts.emit(Notice(f"{name}: killing the Ray actors; their guards remove the products"))
             for slot in running:
                 self._ray.kill(slot.actor, no_restart=True)
         else:
-            display.message("dsh: still cancelling; waiting for Ray to report every task")
+            counts.emit(Notice("still cancelling; waiting for Ray to report every task"))
 
     def _shut_down(self) -> None:
         """Close every constructed actor's service, then kill every actor of the pool."""

@@ -1,4 +1,4 @@
-"""``dsh batch --output-schema FILE``: one schema for every task that names none.
+"""A batch-wide output schema: one schema for every task that names none.
 
 A task line may carry its own ``output_schema``; the batch-wide schema is folded into the
 other tasks before anything runs, so it travels with each task wherever the task runs
@@ -7,28 +7,15 @@ other tasks before anything runs, so it travels with each task wherever the task
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 from dsh_profiles.loader import Composition
 from dsh_profiles.output_schema import load_output_schema
 from pydantic import JsonValue
 
-from dsh_cli.batch_io import TaskList
+from dsh_batch.files import TaskList
 
-__all__ = ["add_output_schema_flag", "typed_row_schema", "with_output_schema", "with_schema"]
-
-
-def add_output_schema_flag(parser: argparse.ArgumentParser) -> None:
-    """The ``--output-schema`` option of ``dsh batch``."""
-    parser.add_argument(
-        "--output-schema",
-        metavar="FILE",
-        default=None,
-        help="a JSON Schema (object root) every task's answer must match, unless the task "
-        "line has its own output_schema; records then carry 'structured' (the validated "
-        "object), and an answer that does not match is an error record (output-invalid)",
-    )
+__all__ = ["typed_row_schema", "with_output_schema", "with_schema"]
 
 
 def with_output_schema(tasks: TaskList, path: str | None) -> TaskList:

@@ -1,4 +1,5 @@
-"""What ``dsh batch`` checks before its first task: each failure is one usage error.
+"""What a batch checks before its first task (``dsh batch`` and ``run_batch``): each failure
+is one usage error.
 
 A batch either starts with everything it can know up front in order (the ``--cwd``
 directory, the results path, every task's workspace on this machine) or starts nothing
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from dsh_profiles.errors import UsageError
 
-from dsh_cli.batch_io import BatchTask
+from dsh_batch.files import BatchTask
 
 __all__ = ["check_base", "check_out_path", "check_task_cwds", "is_directory"]
 
@@ -24,15 +25,16 @@ def is_directory(path: str) -> bool:
     return os.path.isdir(path) and os.access(path, os.X_OK)
 
 
-def check_base(cwd: str | None) -> str:
-    """The absolute base directory of a local batch (``--cwd``, default: here).
+def check_base(cwd: str | None, *, name: str = "--cwd") -> str:
+    """The absolute base directory of a local batch (``cwd``, default: here; ``name``:
+    how the user gave it).
 
     Raises:
-        UsageError: ``--cwd`` is not an accessible directory.
+        UsageError: ``cwd`` is not an accessible directory.
     """
     base = os.path.abspath(cwd or ".")
     if not is_directory(base):
-        raise UsageError(f"--cwd {cwd!r} is not an accessible directory")
+        raise UsageError(f"{name} {cwd!r} is not an accessible directory")
     return base
 
 
@@ -43,19 +45,19 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def check_out_path(out: str, tasks: str, profile: str) -> None:
-    """``--out`` names a file that may receive records.
+def check_out_path(out: str, tasks: str | None, profile: str, *, name: str = "--out") -> None:
+    """``out`` names a file that may receive records (``name``: how the user gave it).
 
     Raises:
-        UsageError: it is a directory, the task file or the profile.
+        UsageError: it is a directory, the task file (``tasks``, if any) or the profile.
     """
     path = Path(out)
     if path.is_dir():
-        raise UsageError(f"--out {out!r} is a directory; give the results file's path")
-    if _same(path, Path(tasks)):
-        raise UsageError(f"--out {out!r} is the task file; give the results file its own path")
+        raise UsageError(f"{name} {out!r} is a directory; give the results file's path")
+    if tasks is not None and _same(path, Path(tasks)):
+        raise UsageError(f"{name} {out!r} is the task file; give the results file its own path")
     if _same(path, Path(profile)):
-        raise UsageError(f"--out {out!r} is the profile; give the results file its own path")
+        raise UsageError(f"{name} {out!r} is the profile; give the results file its own path")
 
 
 def check_task_cwds(

@@ -4,7 +4,7 @@
   (``RAY_ENABLE_UV_RUN_RUNTIME_ENV``, on by default) makes every worker re-run the
   driver's ``uv run`` command inside the job's ``working_dir``. dsh ships its own
   ``working_dir`` (the batch bundle, with no ``pyproject.toml``), and its workers run the
-  Python environment the cluster runs, where ``dsh-cli[ray]`` is installed; the hook
+  Python environment the cluster runs, where ``dsh-batch[ray]`` is installed; the hook
   would fail the batch at ``ray.init`` under ``uv run`` and do nothing useful elsewhere.
   So dsh turns it off before it imports Ray, and ``uv run dsh batch --ray`` behaves like
   ``dsh batch --ray`` from a plain virtual environment.
@@ -111,7 +111,7 @@ def import_ray() -> Any:
         from ray._private import ray_constants
     except ImportError:
         raise UsageError(
-            "--ray needs Ray: pip install 'dsh-cli[ray]' (on every node of the cluster too)"
+            "--ray needs Ray: pip install 'dsh-batch[ray]' (on every node of the cluster too)"
         ) from None
     # Ray imported earlier in this process read the variable already.
     ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False

@@ -10,7 +10,7 @@ import sys
 from typing import Any, cast
 
 import pytest
-from dsh_cli.batch_actor import BatchActor, _start_export
+from dsh_batch.actor import BatchActor, _start_export
 
 
 class _Holder:
@@ -37,7 +37,7 @@ def test_without_dsh_otel_on_the_node_the_reason_says_what_to_install(
     monkeypatch.setitem(sys.modules, "dsh_otel", None)  # import fails: not installed
     holder = _Holder()
     assert _start_export(cast(BatchActor, holder)) == (
-        "dsh-otel is not installed on the Ray node (pip install 'dsh-cli[otel]')"
+        "dsh-otel is not installed on the Ray node (pip install 'dsh-batch[otel]')"
     )
     assert holder._export is None
 
@@ -45,7 +45,7 @@ def test_without_dsh_otel_on_the_node_the_reason_says_what_to_install(
 def test_with_the_variables_and_dsh_otel_the_actor_exports(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pytest.importorskip("dsh_otel", reason="dsh-otel is not installed (dsh-cli[otel])")
+    pytest.importorskip("dsh_otel", reason="dsh-otel is not installed (dsh-batch[otel])")
     monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
     # Traces only, and no delegation runs: nothing is sent to the closed port.
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9/v1/traces")

@@ -1,4 +1,4 @@
-"""The files of ``dsh batch``: the task list it reads and the results file it appends to.
+"""The files of a batch: the task list it reads and the results file it appends to.
 
 A task file is JSON Lines, one object per task::
 
@@ -37,6 +37,7 @@ __all__ = [
     "ResultsFile",
     "TaskList",
     "UsageTotals",
+    "describe_error",
     "read_tasks",
 ]
 
@@ -115,7 +116,7 @@ class TaskList:
     """The line number of every good task, by id."""
 
 
-def _describe(error: ValidationError) -> str:
+def describe_error(error: ValidationError) -> str:
     parts = []
     for item in error.errors(include_input=False, include_url=False):
         field = ".".join(str(part) for part in item["loc"]) or "line"
@@ -164,7 +165,7 @@ def read_tasks(path: str | Path) -> TaskList:
         try:
             task = BatchTask.model_validate(value)
         except ValidationError as exc:
-            bad.append(BadLine(line_no, _describe(exc)))
+            bad.append(BadLine(line_no, describe_error(exc)))
             continue
         if not task.task.strip():
             bad.append(BadLine(line_no, "field 'task' is blank"))

@@ -1,6 +1,6 @@
 """The actor of ``dsh batch --ray``'s pool: one composed profile, one open service, many tasks.
 
-:class:`BatchActor` is a plain class; the driver (:mod:`dsh_cli.batch_ray`) makes it a
+:class:`BatchActor` is a plain class; the driver (:mod:`dsh_batch.ray_pool`) makes it a
 Ray actor with ``ray.remote`` (this module imports nothing of Ray). Ray starts the actor
 in the job's ``working_dir``, the unpacked bundle: the actor composes the profile from
 its copy there once (``${DSH_FILES}`` names that copy), opens one ``SubagentService`` on
@@ -43,8 +43,8 @@ from dsh_subprocess import shutdown_guard_server
 from dsh_subprocess.protect import protect_ray_actor_process
 from dsh_worktree import Worktree, WorktreeError
 
-from dsh_cli.batch import load_batch_profile, run_task, task_cwd
-from dsh_cli.batch_io import BatchRecord, BatchTask
+from dsh_batch.engine import load_batch_profile, run_task, task_cwd
+from dsh_batch.files import BatchRecord, BatchTask
 
 __all__ = ["BUNDLE_PROFILE", "CANCEL_REASON", "BatchActor"]
 
@@ -55,7 +55,7 @@ CANCEL_REASON: Final = "interrupted (dsh batch --ray)"
 
 
 class _NodeFirstStartAlone:
-    """:class:`~dsh_cli.batch.FirstStartAlone` across the actor processes of one node.
+    """:class:`~dsh_batch.engine.FirstStartAlone` across the actor processes of one node.
 
     The actors of a node share its unpacked bundle (and so any product home in it): a
     file lock there lets the node's first product start run alone, and a marker file
@@ -230,7 +230,7 @@ def _start_export(actor: BatchActor) -> str | None:
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] not in {"dsh_otel", "opentelemetry"}:
             raise
-        return "dsh-otel is not installed on the Ray node (pip install 'dsh-cli[otel]')"
+        return "dsh-otel is not installed on the Ray node (pip install 'dsh-batch[otel]')"
     return None
 
 

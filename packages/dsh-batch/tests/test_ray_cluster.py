@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dsh_cli.ray_cluster import (
+from dsh_batch.ray_cluster import (
     cluster_environment,
     import_ray,
     one_line,
@@ -18,7 +18,7 @@ from dsh_cli.ray_cluster import (
 )
 from dsh_profiles.logs import cli_logging
 
-pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-cli[ray])")
+pytest.importorskip("ray", reason="ray cannot be imported on this Python (dsh-batch[ray])")
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -109,7 +109,7 @@ def test_the_local_cluster_holds_no_credential_the_profile_does_not_pass() -> No
 def test_the_cluster_directory_is_the_temp_dir_only_while_rays_sockets_fit(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from dsh_cli import ray_cluster
+    from dsh_batch import ray_cluster
     from ray._private.utils import validate_socket_filepath
 
     import_ray()
@@ -131,8 +131,8 @@ def test_the_cluster_directory_is_the_temp_dir_only_while_rays_sockets_fit(
 def test_without_a_short_writable_base_the_error_names_tmpdir(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dsh_cli import ray_cluster
-    from dsh_cli.ray_cluster import RayUnavailableError
+    from dsh_batch import ray_cluster
+    from dsh_batch.ray_cluster import RayUnavailableError
 
     long = "/" + "t" * 60
     monkeypatch.setattr(tempfile, "tempdir", long)

@@ -6,14 +6,13 @@ cluster cannot be made to do on demand: actors that never come up.
 
 from __future__ import annotations
 
-import io
 import itertools
 from pathlib import Path
 from typing import Any
 
-from dsh_cli.batch import BatchPlan
-from dsh_cli.batch_io import BatchRecord, BatchTask, ResultsFile
-from dsh_cli.batch_ray import _Pool
+from dsh_batch.engine import BatchPlan, Interrupts
+from dsh_batch.files import BatchRecord, BatchTask, ResultsFile
+from dsh_batch.ray_pool import _Pool
 
 
 class RayError(Exception):
@@ -108,7 +107,7 @@ def test_an_actor_that_never_comes_up_is_dropped_and_the_others_run_every_task(
     results = ResultsFile(tmp_path / "out.jsonl")
     results.open()
     try:
-        summary = _Pool(ray, _plan(3), None, 0, None).drive(results, io.StringIO())
+        summary = _Pool(ray, _plan(3), None, 0, None).drive(results, None, Interrupts(), None)
     finally:
         results.close()
     assert (summary.done, summary.failed, summary.error) == (3, 0, None)
@@ -124,7 +123,7 @@ def test_when_no_actor_comes_up_the_batch_fails_with_rays_reason_and_records_not
     results = ResultsFile(tmp_path / "out.jsonl")
     results.open()
     try:
-        summary = _Pool(ray, _plan(3), None, 0, None).drive(results, io.StringIO())
+        summary = _Pool(ray, _plan(3), None, 0, None).drive(results, None, Interrupts(), None)
     finally:
         results.close()
     assert (summary.done, summary.failed, summary.not_run) == (0, 0, 3)
@@ -141,7 +140,7 @@ def test_the_pool_has_no_more_actors_than_tasks(tmp_path: Path) -> None:
     results = ResultsFile(tmp_path / "out.jsonl")
     results.open()
     try:
-        _Pool(ray, _plan(1, concurrency=8), None, 0, None).drive(results, io.StringIO())
+        _Pool(ray, _plan(1, concurrency=8), None, 0, None).drive(results, None, Interrupts(), None)
     finally:
         results.close()
     assert len(ray.actors) == 1

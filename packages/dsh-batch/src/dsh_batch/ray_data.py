@@ -41,9 +41,9 @@ from dsh_subagent import ERROR, Budget, CancelController, OutputSchema
 from dsh_subagent.structured import check_output_schema
 from dsh_subprocess.protect import protect_ray_actor_process
 
-from dsh_cli.batch import FirstStartAlone, load_batch_profile, run_task, task_cwd
-from dsh_cli.batch_io import BatchRecord, BatchTask
-from dsh_cli.batch_schema import typed_row_schema
+from dsh_batch.engine import FirstStartAlone, load_batch_profile, run_task, task_cwd
+from dsh_batch.files import BatchRecord, BatchTask
+from dsh_batch.schema import typed_row_schema
 
 __all__ = ["OUTPUT_COLUMNS", "STRUCTURED_COLUMN", "Delegate"]
 
