@@ -98,8 +98,9 @@ async def _await_response(rpc: JsonRpcLines, request_id: str) -> Frame:
             await answer_unexpected(rpc, frame)
 
 
-def _beneath_one(package: str, paths: tuple[str, ...]) -> tuple[str, ...]:
-    """``package`` and whichever of ``paths`` it does not already hold."""
+def _with_package(package: str, paths: tuple[str, ...]) -> tuple[str, ...]:
+    """``package``, then whichever of ``paths`` it does not already hold (a directory
+    rule grants everything beneath it)."""
     inside = [p for p in paths if os.path.commonpath((package, os.path.realpath(p))) == package]
     return (package, *(p for p in paths if p not in inside))
 
@@ -157,7 +158,7 @@ class CodexProvider(ProductProvider[CodexConfig]):
         """
         base = default_reach(launch.argv, env)
         package = codex_package_dir(launch.argv[0])
-        read = base.read if package is None else _beneath_one(package, base.read)
+        read = base.read if package is None else _with_package(package, base.read)
         home = str(effective_codex_home(env, cwd))
         sandbox = (
             native_sandbox_mode(home) if self.config.permission_mode == "never" else "writable"
