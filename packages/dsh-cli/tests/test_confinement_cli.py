@@ -79,7 +79,7 @@ def test_check_prints_each_instances_effective_policy(
     )
     [read] = [line for line in out.splitlines() if line.startswith("      read: /usr")]
     # never mode under Codex's default read-only sandbox: the cwd is read, not written.
-    assert read.endswith(f"codex_cli_bin/bin, {tmp_path}")
+    assert read.endswith(f"codex_cli_bin, {tmp_path}")
     [write] = [line for line in out.splitlines() if line.startswith("      write: ")]
     assert write == (
         f"      write: {keyless / 'home'}, {keyless / 'tmp'}, {keyless / 'xdg'}, "

@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from dsh_subagent import ProductConfig, SubagentCapabilities
+from dsh_subagent import Launch, ProductConfig, SubagentCapabilities
 from dsh_subagent_codex import PINNED_CODEX_VERSION, CodexConfig, CodexProvider
-from dsh_subagent_codex.binary import APP_SERVER_ARGS, codex_app_server_argv
+from dsh_subagent_codex.binary import APP_SERVER_ARGS, codex_app_server_argv, codex_package_dir
 from dsh_subprocess import MAX_GRACE_SECONDS
 from pydantic import ValidationError
 
@@ -199,3 +199,26 @@ def test_the_pinned_distribution_is_installed() -> None:
         if r.startswith("openai-codex-cli-bin")
     ]
     assert requirement == [f"openai-codex-cli-bin=={PINNED_CODEX_VERSION}"]
+
+
+def test_the_confined_reach_reads_the_whole_codex_package(tmp_path: Path) -> None:
+    # The binary reads codex-package.json beside its bin/ and runs the bundled
+    # codex-path/rg: the reach names the package (a directory grants all beneath it).
+    binary = codex_app_server_argv()[0]
+    package = Path(binary).resolve().parent.parent
+    assert codex_package_dir(binary) == str(package)
+    assert (package / "codex-package.json").is_file()
+    assert (package / "codex-path" / "rg").is_file()
+    env = {"CODEX_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
+    reach = CodexProvider(CodexConfig()).confinement_reach(
+        Launch(argv=codex_app_server_argv()), env, str(tmp_path)
+    )
+    assert reach.read == (str(package),)
+
+
+def test_a_binary_outside_a_codex_package_gets_no_package(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "codex").write_text("#!/bin/sh\n")
+    assert codex_package_dir(str(tmp_path / "bin" / "codex")) is None
+    (tmp_path / "codex-package.json").write_text("{}")
+    assert codex_package_dir(str(tmp_path / "bin" / "codex")) == str(tmp_path.resolve())

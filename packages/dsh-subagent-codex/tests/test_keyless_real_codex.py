@@ -41,6 +41,7 @@ from dsh_subagent import (
     TextBlock,
 )
 from dsh_subagent_codex import CodexConfig, CodexProvider
+from dsh_subprocess import landlock_abi
 from dsh_subprocess.testing import host_descendants
 
 pytestmark = [pytest.mark.anyio, pytest.mark.keyless]
@@ -202,6 +203,24 @@ async def test_dangerous_bypass_runs_the_command(tmp_path: Path) -> None:
         result = await _delegate(provider, keyless.workspace)
     assert (result.stop_reason, result.text) == ("completed", "bypass complete")
     assert target.read_text() == "bypass"
+
+
+@pytest.mark.skipif(landlock_abi() == 0, reason="this kernel offers no Landlock")
+async def test_a_confined_run_executes_the_rg_bundled_in_its_own_package(tmp_path: Path) -> None:
+    # Codex reads its package's manifest at start and puts the package's codex-path/ (the
+    # bundled rg) first on its commands' PATH (kept by a non-login shell): confined, the
+    # whole package is readable and executable, not only its bin/.
+    command = "command -v rg; rg --version"
+    call = FunctionCall((("exec_command", {"cmd": command, "login": False}),))
+    with ResponsesFixture([call, PlainAnswer("rg ran")]) as fixture:
+        keyless = _keyless(tmp_path, fixture)
+        provider = keyless.provider(confinement=ConfinementSetting(mode="required"))
+        result = await _delegate(provider, keyless.workspace)
+    assert (result.stop_reason, result.text) == ("completed", "rg ran")
+    (output,) = fixture.requests[1].function_call_outputs()
+    assert "codex_cli_bin/codex-path/rg\n" in output
+    assert "ripgrep " in output
+    assert "Permission denied" not in output
 
 
 async def test_approve_for_me_writes_inside_the_workspace_sandbox(tmp_path: Path) -> None:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
-__all__ = ["APP_SERVER_ARGS", "PINNED_CODEX_VERSION", "codex_app_server_argv"]
+__all__ = [
+    "APP_SERVER_ARGS",
+    "PACKAGE_MANIFEST",
+    "PINNED_CODEX_VERSION",
+    "codex_app_server_argv",
+    "codex_package_dir",
+]
 
 PINNED_CODEX_VERSION: Final = "0.163.0"
 """The ``openai-codex-cli-bin`` version this provider's mapping and evidence belong to."""
@@ -44,3 +51,16 @@ def codex_app_server_argv() -> tuple[str, ...]:
         raise FileNotFoundError("openai-codex-cli-bin is not installed") from exc
     path: object = codex_cli_bin.bundled_codex_path()
     return (str(path), *APP_SERVER_ARGS)
+
+
+PACKAGE_MANIFEST: Final = "codex-package.json"
+"""The file that marks a Codex package: the binary reads it at start to find its
+``codex-path/`` (the bundled ``rg``, put first on its commands' ``PATH``) and
+``codex-resources/`` beside ``bin/``."""
+
+
+def codex_package_dir(binary: str) -> str | None:
+    """The Codex package ``binary`` belongs to: the directory above its ``bin/`` that holds
+    :data:`PACKAGE_MANIFEST` (the pinned wheel's ``codex_cli_bin``), else ``None``."""
+    package = os.path.dirname(os.path.dirname(os.path.realpath(binary)))
+    return package if os.path.isfile(os.path.join(package, PACKAGE_MANIFEST)) else None

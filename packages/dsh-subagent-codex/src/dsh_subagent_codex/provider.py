@@ -22,6 +22,7 @@ app-server that cannot parse a request logs it and never answers.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import ClassVar, Final
 
@@ -38,7 +39,7 @@ from dsh_subagent import (
 )
 from pydantic import ValidationError
 
-from dsh_subagent_codex.binary import codex_app_server_argv
+from dsh_subagent_codex.binary import codex_app_server_argv, codex_package_dir
 from dsh_subagent_codex.config import CodexConfig
 from dsh_subagent_codex.errors import CodexProtocolError
 from dsh_subagent_codex.first_start import (
@@ -97,6 +98,13 @@ async def _await_response(rpc: JsonRpcLines, request_id: str) -> Frame:
             await answer_unexpected(rpc, frame)
 
 
+def _with_package(package: str, paths: tuple[str, ...]) -> tuple[str, ...]:
+    """``package``, then whichever of ``paths`` it does not already hold (a directory
+    rule grants everything beneath it)."""
+    inside = [p for p in paths if os.path.commonpath((package, os.path.realpath(p))) == package]
+    return (package, *(p for p in paths if p not in inside))
+
+
 def _driver(child: ProductChild) -> TurnDriver:
     driver = child.state
     assert isinstance(driver, TurnDriver), "open() sets the turn driver"
@@ -138,22 +146,25 @@ class CodexProvider(ProductProvider[CodexConfig]):
     def confinement_reach(
         self, launch: Launch, env: Mapping[str, str | None], cwd: str
     ) -> ProductReach:
-        """The pinned wheel's binary directory (read), the effective ``CODEX_HOME``
-        (written: sessions, logs, its sqlite state), the ports of the model providers its
-        ``config.toml`` names (443 when it selects the built-in OpenAI provider) and the
-        pseudo-terminals it runs ``tty`` commands on.
+        """The pinned wheel's Codex package (read: ``bin/``, its manifest, the bundled
+        ``rg`` its commands find first on ``PATH``, its resources), the effective
+        ``CODEX_HOME`` (written: sessions, logs, its sqlite state), the ports of the model
+        providers its ``config.toml`` names (443 when it selects the built-in OpenAI
+        provider) and the pseudo-terminals it runs ``tty`` commands on.
 
         Confined, the kernel policy is Codex's command sandbox (see :meth:`open`), so the
         cwd is writable exactly when Codex's own sandbox would let commands write it: not
         in ``never`` mode under a ``read-only`` native ``sandbox_mode`` (the default).
         """
         base = default_reach(launch.argv, env)
+        package = codex_package_dir(launch.argv[0])
+        read = base.read if package is None else _with_package(package, base.read)
         home = str(effective_codex_home(env, cwd))
         sandbox = (
             native_sandbox_mode(home) if self.config.permission_mode == "never" else "writable"
         )
         return ProductReach(
-            read=base.read,
+            read=read,
             write=(home,),
             connect_ports=tuple(sorted({*base.connect_ports, *codex_endpoint_ports(home)})),
             cwd_writable=sandbox != "read-only",
