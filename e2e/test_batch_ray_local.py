@@ -418,3 +418,44 @@ def test_no_process_of_the_batch_a_same_user_product_can_read_holds_the_hosts_se
     assert all(b"Permission denied" in done.stderr for done in actor_environ), [
         (pid, done.stderr) for pid, done in zip(actors, actor_environ, strict=True)
     ]
+
+
+_PYTHON_BATCH = """
+import json, sys
+from dsh_batch import Notice, run_batch
+
+notices = []
+records = run_batch(
+    [{"id": "a", "task": "hello"}, {"id": "b", "task": "hello"}],
+    profile=sys.argv[1],
+    target="subagent_example",
+    out=sys.argv[2],
+    ray=True,
+    concurrency=2,
+    observer=lambda event: notices.append(event.text) if isinstance(event, Notice) else None,
+)
+print(json.dumps([[r.id, r.stop_reason, r.answer] for r in records]))
+print(json.dumps(notices))
+"""
+
+
+def test_run_batch_on_ray_returns_the_records_and_leaves_no_process(run: Run) -> None:
+    """The Python entry point on dsh's own local cluster: the records come back in task
+    order, the results file holds them, and nothing of the cluster outlives the call."""
+    out = run.root / "py-results.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", _PYTHON_BATCH, str(run.profile), str(out)],
+        env=run.env,
+        cwd=run.root,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    records, notices = (json.loads(line) for line in done.stdout.splitlines())
+    assert records == [["a", "completed", "done"], ["b", "completed", "done"]]
+    assert notices == []
+    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == ["a", "b"]
+    assert run.marked() == []
