@@ -3,8 +3,10 @@
 A provider instance whose configuration sets ``warm = N`` (and whose provider declares
 ``offers_ready_starts``) gets a :class:`ReadyPool` from the service that runs it: up to
 ``N`` products spawned exactly as a cold start spawns them (the instance's scrubbed
-environment, its confinement, the host-death guard) and taken through ``open()``. A
-delegation claims one and a replacement starts in the background.
+environment, its confinement, the host-death guard) and taken through ``open()`` and
+the provider's ``open_ahead()`` (what of its handshake a cold start does only with the
+task, :class:`~dsh_subagent.product_ready.ProductReadyHooks`). A delegation claims one
+and a replacement starts in the background.
 
 The rules (docs/rules.md):
 
@@ -266,7 +268,8 @@ def ready_pool_for(pool: ReadyPool | None) -> Iterator[None]:
 async def prepare_product(provider: ProductProvider[Any], key: ReadyKey) -> ProductChild:
     """Spawn and open one product for ``key`` as a cold start does, before any task.
 
-    The spawn, the admission gate and ``open()`` are the cold start's; the run id is
+    The spawn, the admission gate and ``open()`` are the cold start's, then the
+    provider's ``open_ahead()`` (inside the gate: it is the handshake); the run id is
     drawn now (the product's stderr lines carry it). On any failure or cancellation the
     whole tree is ended before the error propagates.
     """
@@ -283,6 +286,7 @@ async def prepare_product(provider: ProductProvider[Any], key: ReadyKey) -> Prod
             child = provider._new_child(process, cwd, run_id, [], admission, include_commands, None)
             child.scratch = scratch
             await provider.open(child)
+            await provider.open_ahead(child)
     except BaseException:
         with anyio.CancelScope(shield=True):
             if child is None:
