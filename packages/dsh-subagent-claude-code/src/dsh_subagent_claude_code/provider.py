@@ -8,7 +8,9 @@ module supplies only the product:
 * :meth:`~ClaudeCodeProvider.launch`: the CLI argv built by the SDK's own builder
   for this run's options, and the SDK's environment additions;
 * :meth:`~ClaudeCodeProvider.open` (stage ``query-start``): the run is published only
-  with a live CLI;
+  with a live CLI; a ready CLI (``warm``) is also taken past the SDK's ``initialize``
+  before its task (:meth:`~ClaudeCodeProvider.open_ahead`,
+  :mod:`~dsh_subagent_claude_code.ahead`);
 * :meth:`~ClaudeCodeProvider.run` (stage ``query-run``): the SDK's ``query()`` over
   :class:`~dsh_subagent_claude_code.transport.ManagedCLITransport`, consumed to the end;
   ``completed`` only for a strict success followed by a normal end of stream. Each
