@@ -294,6 +294,46 @@ async def test_a_ready_claude_code_answered_the_sdk_initialize_before_its_task(
     assert host_descendants() == []
 
 
+async def test_an_isolated_claude_code_delegation_starts_cold_in_its_pooled_worktree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claude Code fixes its cwd at spawn, and each isolated delegation works in the
+    worktree the warm worktree pool hands it: no product is kept ready for an isolated
+    instance (whatever its ``warm``), each delegation spawns its CLI in its worktree."""
+    from dsh_subprocess import ManagedProcess, StderrObserver
+    from dsh_worktree import Worktree
+    from dsh_worktree.testing import private_git_env, scratch_repository
+
+    for name, value in private_git_env(tmp_path / "git-home").items():
+        monkeypatch.setenv(name, value)
+    worktrees = tmp_path / "worktrees"
+    with _setup("claude-code", tmp_path) as setup:
+        repo = scratch_repository(setup.workspace / "repo")
+        inner = provider_of("claude-code", {**setup.config, "warm": 1})
+        spawned: list[str] = []
+        spawn_product = inner.spawn
+
+        async def counting(spec: SpawnSpec, observer: StderrObserver) -> ManagedProcess:
+            spawned.append(spec.cwd or "")
+            return await spawn_product(spec, observer)
+
+        monkeypatch.setattr(inner, "spawn", counting)
+        isolated = Worktree(warm=2, root=str(worktrees)).isolate(inner)
+        async with isolated, SubagentService() as service:
+            service.register_provider(isolated)
+            assert not service.keep_ready(inner.name, str(repo))
+            await isolated.prewarm(str(repo))
+            results = [await _delegate(service, inner.name, repo) for _ in range(2)]
+            assert service.ready_pool(inner.name) is None
+    for result, _ in results:
+        assert result.stop_reason == "completed", result.diagnostic
+        assert result.text.endswith(ANSWER)
+        assert result.changes is not None
+    assert len(spawned) == 2  # one CLI per delegation, none ahead
+    assert all(Path(cwd).is_relative_to(worktrees) for cwd in spawned)
+    assert host_descendants() == []
+
+
 def _guide_block() -> str:
     """The Python block of docs/harness.md's "Ready products" section."""
     page = (Path(__file__).parents[1] / "docs" / "harness.md").read_text(encoding="utf-8")
