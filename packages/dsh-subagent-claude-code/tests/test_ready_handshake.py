@@ -101,3 +101,19 @@ async def test_a_ready_cli_serves_its_delegation_with_the_callbacks_of_its_hands
     assert results["ready"].diagnostic == results["cold"].diagnostic
     assert results["ready"].stop_reason == results["cold"].stop_reason == "error"
     assert initialize["ready"] == initialize["cold"]
+
+
+async def test_closing_with_a_ready_cli_idle_ends_it_without_an_sdk_error(
+    standin: Standin, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = standin.provider(ANSWER, warm=1)
+    async with SubagentService() as service:
+        service.register_provider(provider)
+        pool = await _pool(service, provider.name, standin.workspace)
+        with anyio.fail_after(60):
+            assert await pool.wait_ready()
+        (child,) = pool.idle
+    assert not child.process.tree_alive()
+    # The SDK's reader stopped before the tree was ended: the CLI's exit on SIGTERM is no
+    # "Fatal error in message reader" of a run.
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("claude_agent_sdk")] == []

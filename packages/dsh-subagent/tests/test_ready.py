@@ -245,6 +245,7 @@ class AheadEcho(ReadyEcho):
         self.ahead: list[int] = []
         self.released: list[tuple[int, object]] = []
         self.ran_with: list[tuple[int, object]] = []
+        self.gone: list[int] = []
 
     async def open_ahead(self, child: ProductChild) -> None:
         self.ahead.append(child.process.pid)
@@ -253,8 +254,9 @@ class AheadEcho(ReadyEcho):
         child.state = f"connected {child.process.pid}"
 
     async def release_state(self, child: ProductChild) -> None:
-        assert not child.process.tree_alive()  # called once the tree is gone
         self.released.append((child.process.pid, child.state))
+        if not child.process.tree_alive():  # the teardown's call, once the tree is gone
+            self.gone.append(child.process.pid)
 
     async def run(self, child: ProductChild) -> str:
         self.ran_with.append((child.process.pid, child.state))
@@ -288,6 +290,9 @@ async def test_open_ahead_runs_only_for_ready_products_and_release_state_on_ever
     assert released[unclaimed] == f"connected {unclaimed}"
     assert released[cold] is None
     assert set(released) == {process.pid for process in provider.spawned}
+    # Each tree's teardown released it once the tree was gone (an unclaimed product's
+    # state was released before its tree was ended, too).
+    assert set(provider.gone) == set(released)
 
 
 async def test_a_failed_open_ahead_never_fails_a_delegation(

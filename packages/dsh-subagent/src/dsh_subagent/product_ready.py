@@ -40,11 +40,11 @@ class ProductReadyHooks:
         del child
 
     async def release_state(self, child: ProductChild) -> None:
-        """Release what the provider keeps in ``child.state`` once the child's tree is
-        gone (optional).
+        """Release what the provider keeps in ``child.state`` (optional).
 
-        Called at the end of every teardown, ready or cold, claimed or not, possibly
-        more than once; must not raise and must bound its awaits. The default does
-        nothing.
+        Called at the end of every teardown, ready or cold, claimed or not, once the
+        child's tree is gone, and also before the tree is ended for a ready product
+        that serves no delegation; so possibly more than once. Must not raise and must
+        bound its awaits. The default does nothing.
         """
         del child

@@ -240,7 +240,7 @@ class ReadyPool:
     async def _release_quietly(self, child: ProductChild) -> None:
         with anyio.CancelScope(shield=True):
             try:
-                await self.provider._release(child)
+                await _release_unclaimed(self.provider, child)
             except Exception as exc:
                 _log.error(
                     "%s: ending a ready product's tree failed: %r", self.provider.prefix, exc
@@ -292,9 +292,16 @@ async def prepare_product(provider: ProductProvider[Any], key: ReadyKey) -> Prod
             if child is None:
                 scratch.remove()
             else:
-                await provider._release(child)
+                await _release_unclaimed(provider, child)
         raise
     return child
+
+
+async def _release_unclaimed(provider: ProductProvider[Any], child: ProductChild) -> None:
+    # What open_ahead() opened stops before the tree is ended: a product ended while idle
+    # is no failure to report (the SDK would log the CLI's SIGTERM exit as one).
+    await provider.release_state(child)
+    await provider._release(child)
 
 
 async def publish_claimed(
@@ -308,7 +315,7 @@ async def publish_claimed(
     ``open()``: the task, the budget's idle clock, then the cold start's publication."""
     if request.cancel.aborted:
         with anyio.CancelScope(shield=True):
-            await provider._release(child)
+            await _release_unclaimed(provider, child)
         raise StartCancelledError(provider._cancelled_message())
     child.task_texts = tuple(texts)
     clock.attach(child.lines)
