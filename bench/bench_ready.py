@@ -1,6 +1,7 @@
 """P10: a delegation on a ready product (``warm``) against a cold start and the official SDK.
 
-``python -m bench.bench_ready [--rounds N] [--batch N] [--json PATH]``. Same run, instant
+``python -m bench.bench_ready [--rounds N] [--batch N] [--pairs N] [--products LIST]
+[--json PATH]``. Same run, instant
 model (the loopback fixtures answer at once), interleaved rounds, medians:
 
 * per product, task submitted → result in hand: ours with a ready product (the pool is
@@ -8,8 +9,9 @@ model (the loopback fixtures answer at once), interleaved rounds, medians:
   a product starts), ours cold, and the official SDK's one-call path (Codex
   ``AsyncCodex`` thread start + run; Claude ``query()``); codex-acp has no official SDK,
   so only ready against cold. The target is ready ≤ 0.5 × the official SDK.
-* ``dsh batch``-style throughput: N Codex tasks at concurrency 4 through one service,
-  ``warm = 4`` against ``warm = 0``.
+* ``dsh batch``-style throughput: N tasks at concurrency 4 through one service,
+  ``warm = 4`` against ``warm = 0``, Codex and Claude Code, cold and ready batches
+  interleaved in pairs (the order alternating) and reported as per-pair ratios.
 * idle memory: the summed RSS of one ready product's process tree (guard included).
 
 The load average is printed with the figures: on a shared machine they must be re-run
@@ -44,6 +46,7 @@ __all__ = ["main", "run_p10"]
 
 TARGET = 0.5
 BATCH_CONCURRENCY = 4
+PRODUCTS = ("codex", "claude-code", "codex-acp")
 
 
 async def _to_result(
@@ -101,6 +104,12 @@ async def _sides(
     return on_ready, on_cold
 
 
+def _paired(samples: dict[str, list[float]], over: str, under: str) -> float:
+    """The median of the per-round ratios (each round's sides ran back to back, so a
+    load change between rounds cancels out of each ratio)."""
+    return statistics.median(a / b for a, b in zip(samples[over], samples[under], strict=True))
+
+
 def _row(product: str, samples: dict[str, list[float]], rss_mib: float) -> dict[str, Any]:
     medians = {side: statistics.median(values) for side, values in samples.items()}
     row: dict[str, Any] = {
@@ -108,10 +117,13 @@ def _row(product: str, samples: dict[str, list[float]], rss_mib: float) -> dict[
         "n": len(samples["ready"]),
         "median_s": medians,
         "ready/cold": medians["ready"] / medians["cold"],
+        "ready/cold paired": _paired(samples, "ready", "cold"),
         "idle_rss_mib_per_ready_product": rss_mib,
+        "loadavg_after": os.getloadavg(),
     }
     if "official" in medians:
         row["ready/official"] = medians["ready"] / medians["official"]
+        row["ready/official paired"] = _paired(samples, "ready", "official")
         row["cold/official"] = medians["cold"] / medians["official"]
         row["target ready/official <= 0.5 met"] = row["ready/official"] <= TARGET
     return row
@@ -209,56 +221,108 @@ async def _codex_acp(rounds: int, root: Path) -> dict[str, Any] | None:
     return _row("codex-acp", {"ready": a, "cold": b}, rss)
 
 
-async def _batch(tasks: int, warm: int, root: Path) -> float:
+async def _batch_codex(tasks: int, warm: int, root: Path) -> float:
     """``tasks`` Codex delegations at concurrency 4 through one service: tasks per second."""
     with ResponsesFixture() as fixture:
-        home = codex_home(root / f"batch-{warm}", fixture.base_url)
-        async with SubagentService() as service:
-            service.register_provider(home.provider("codex", warm=warm))
-            service.keep_ready("codex", str(home.workspace))
-            slots = anyio.Semaphore(BATCH_CONCURRENCY)
-
-            async def one() -> None:
-                async with slots:
-                    fixture.enqueue(PlainAnswer(ANSWER))
-                    run = await service.start("codex", start_request(home.workspace, TASK))
-                    try:
-                        result = await run.result()
-                    finally:
-                        await run.dispose()
-                    if result.text != ANSWER:
-                        raise RuntimeError(f"batch task: {result.diagnostic}")
-
-            started = clock()
-            async with anyio.create_task_group() as group:
-                for _ in range(tasks):
-                    group.start_soon(one)
-            elapsed = clock() - started
-    return tasks / elapsed
+        home = codex_home(_mkdir(root / f"batch-codex-{warm}-{clock()}"), fixture.base_url)
+        provider = home.provider("codex", warm=warm)
+        return await _batch(
+            provider, home.workspace, tasks, lambda: fixture.enqueue(PlainAnswer(ANSWER))
+        )
 
 
-async def run_p10(rounds: int, batch: int) -> dict[str, Any]:
-    """Every P10 figure, with the load average before and after."""
+async def _batch_claude(tasks: int, warm: int, root: Path) -> float:
+    """``tasks`` Claude Code delegations at concurrency 4 through one service: tasks per second."""
+    with MessagesFixture(default=TextAnswer(ANSWER)) as fixture:
+        home = keyless_claude_home(
+            _mkdir(root / f"batch-claude-{warm}-{clock()}"), fixture.base_url
+        )
+        provider = ClaudeCodeProvider(
+            ClaudeCodeConfig(provider_name="claude-code", env=home.env, warm=warm)
+        )
+        return await _batch(provider, home.workspace, tasks, lambda: None)
+
+
+async def _batch(
+    provider: ProductProvider[Any], workspace: Path, tasks: int, enqueue: Callable[[], None]
+) -> float:
+    async with SubagentService() as service:
+        service.register_provider(provider)
+        started = clock()
+        # As dsh batch: the pool starts filling with the batch and is timed with it.
+        service.keep_ready(provider.name, str(workspace))
+        slots = anyio.Semaphore(BATCH_CONCURRENCY)
+
+        async def one() -> None:
+            async with slots:
+                enqueue()
+                run = await service.start(provider.name, start_request(workspace, TASK))
+                try:
+                    result = await run.result()
+                finally:
+                    await run.dispose()
+                if not result.text.endswith(ANSWER):
+                    raise RuntimeError(f"batch task: {result.diagnostic}")
+
+        async with anyio.create_task_group() as group:
+            for _ in range(tasks):
+                group.start_soon(one)
+        return tasks / (clock() - started)
+
+
+async def _batch_pairs(
+    product: str,
+    run: Callable[[int, int, Path], Awaitable[float]],
+    tasks: int,
+    pairs: int,
+    root: Path,
+) -> dict[str, Any]:
+    """Cold and ready batches interleaved (the order alternates pair by pair)."""
+    cold: list[float] = []
+    ready: list[float] = []
+    for index in range(pairs):
+        order = ((0, cold), (BATCH_CONCURRENCY, ready))
+        for warm, bucket in order if index % 2 == 0 else order[::-1]:
+            bucket.append(await run(tasks, warm, root))
+    return {
+        "product": product,
+        "tasks": tasks,
+        "concurrency": BATCH_CONCURRENCY,
+        "pairs": pairs,
+        "cold_tasks_per_s": cold,
+        "ready_tasks_per_s": ready,
+        "ready/cold paired": statistics.median(r / c for r, c in zip(ready, cold, strict=True)),
+        "loadavg_after": os.getloadavg(),
+    }
+
+
+async def run_p10(
+    rounds: int, batch: int, pairs: int = 2, products: tuple[str, ...] = PRODUCTS
+) -> dict[str, Any]:
+    """Every P10 figure, with the load average before and after each part."""
     before = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    batches: list[dict[str, Any]] = []
     with temp_root("p10") as root:
-        rows = [await _codex(rounds, root), await _claude(rounds, root)]
-        acp = await _codex_acp(rounds, root)
-        if acp is not None:
-            rows.append(acp)
-        cold = await _batch(batch, 0, root)
-        ready = await _batch(batch, BATCH_CONCURRENCY, root)
+        if "codex" in products:
+            rows.append(await _codex(rounds, root))
+        if "claude-code" in products:
+            rows.append(await _claude(rounds, root))
+        if "codex-acp" in products:
+            acp = await _codex_acp(rounds, root)
+            if acp is not None:
+                rows.append(acp)
+        if batch:
+            if "codex" in products:
+                batches.append(await _batch_pairs("Codex", _batch_codex, batch, pairs, root))
+            if "claude-code" in products:
+                batches.append(await _batch_pairs("Claude Code", _batch_claude, batch, pairs, root))
     return {
         "loadavg_before": before,
         "loadavg_after": os.getloadavg(),
         "cpus": os.cpu_count(),
         "rows": rows,
-        "batch": {
-            "tasks": batch,
-            "concurrency": BATCH_CONCURRENCY,
-            "cold_tasks_per_s": cold,
-            "ready_tasks_per_s": ready,
-            "ready/cold": ready / cold,
-        },
+        "batch": batches,
         "note": "measured on a shared, loaded machine: re-run on a quiet one before quoting",
     }
 
@@ -272,9 +336,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bench_ready")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--pairs", type=int, default=2, help="interleaved batch pairs")
+    parser.add_argument(
+        "--products",
+        default=",".join(PRODUCTS),
+        help="comma-separated subset of " + ",".join(PRODUCTS),
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    report = anyio.run(run_p10, args.rounds, args.batch)
+    products = tuple(name for name in args.products.split(",") if name)
+    unknown = set(products) - set(PRODUCTS)
+    if unknown:
+        parser.error(f"--products: unknown {', '.join(sorted(unknown))}")
+    report = anyio.run(run_p10, args.rounds, args.batch, args.pairs, products)
     text = json.dumps(report, indent=2)
     if args.json is not None:
         args.json.write_text(text + "\n", encoding="utf-8")

@@ -242,6 +242,98 @@ async def test_host_killed_with_ready_products_idle_leaves_no_survivor(
     assert survivors == []
 
 
+async def test_a_ready_claude_code_answered_the_sdk_initialize_before_its_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's handshake goes ahead: the ready CLI answered ``initialize`` before the
+    task was submitted, and then got only the prompt; a cold CLI gets the same frames
+    (``initialize``, then the same user message), both after the task."""
+    from dsh_subagent import ProductChild
+    from dsh_subagent_claude_code.ahead import Connected
+
+    sent: list[tuple[int, dict[str, Any]]] = []  # (the CLI's pid, a frame written to it)
+    send = ProductChild.send
+
+    async def recording(self: ProductChild, data: bytes) -> None:
+        sent.append((self.process.pid, json.loads(data)))
+        await send(self, data)
+
+    monkeypatch.setattr(ProductChild, "send", recording)
+
+    def frames(pid: int) -> list[dict[str, Any]]:
+        return [frame for who, frame in sent if who == pid]
+
+    def shape(frame: dict[str, Any]) -> Any:
+        # The request id is drawn per request; everything else is the wire.
+        return {**frame, "request_id": None} if "request_id" in frame else frame
+
+    with _setup("claude-code", tmp_path) as setup:
+        async with _service(setup, cold=0, ready=1) as service:
+            pool = await _ready(service, "ready", setup.workspace)
+            (child,) = pool.idle
+            ready_pid = child.process.pid
+            assert isinstance(child.state, Connected)
+            # The real CLI's answer to initialize (its commands, models, account...).
+            info = await child.state.client.get_server_info()
+            assert info is not None
+            assert "commands" in info
+            before = frames(ready_pid)
+            ready = await _delegate(service, "ready", setup.workspace)
+            after = frames(ready_pid)[len(before) :]
+            cold = await _delegate(service, "cold", setup.workspace)
+            assert pool.stats.claimed == 1
+    # The cold CLI is the other one handed a prompt (the replacement never was).
+    prompted = {who for who, frame in sent if frame["type"] == "user"}
+    (cold_pid,) = prompted - {ready_pid}
+    assert [f["request"]["subtype"] for f in before] == ["initialize"]
+    assert [f["type"] for f in after] == ["user"]
+    assert after[0]["message"]["content"] == TASK
+    cold_frames = frames(cold_pid)
+    assert [shape(f) for f in cold_frames] == [shape(f) for f in before + after]
+    assert _shape(*ready) == _shape(*cold)
+    assert host_descendants() == []
+
+
+async def test_an_isolated_claude_code_delegation_starts_cold_in_its_pooled_worktree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claude Code fixes its cwd at spawn, and each isolated delegation works in the
+    worktree the warm worktree pool hands it: no product is kept ready for an isolated
+    instance (whatever its ``warm``), each delegation spawns its CLI in its worktree."""
+    from dsh_subprocess import ManagedProcess, StderrObserver
+    from dsh_worktree import Worktree
+    from dsh_worktree.testing import private_git_env, scratch_repository
+
+    for name, value in private_git_env(tmp_path / "git-home").items():
+        monkeypatch.setenv(name, value)
+    worktrees = tmp_path / "worktrees"
+    with _setup("claude-code", tmp_path) as setup:
+        repo = scratch_repository(setup.workspace / "repo")
+        inner = provider_of("claude-code", {**setup.config, "warm": 1})
+        spawned: list[str] = []
+        spawn_product = inner.spawn
+
+        async def counting(spec: SpawnSpec, observer: StderrObserver) -> ManagedProcess:
+            spawned.append(spec.cwd or "")
+            return await spawn_product(spec, observer)
+
+        monkeypatch.setattr(inner, "spawn", counting)
+        isolated = Worktree(warm=2, root=str(worktrees)).isolate(inner)
+        async with isolated, SubagentService() as service:
+            service.register_provider(isolated)
+            assert not service.keep_ready(inner.name, str(repo))
+            await isolated.prewarm(str(repo))
+            results = [await _delegate(service, inner.name, repo) for _ in range(2)]
+            assert service.ready_pool(inner.name) is None
+    for result, _ in results:
+        assert result.stop_reason == "completed", result.diagnostic
+        assert result.text.endswith(ANSWER)
+        assert result.changes is not None
+    assert len(spawned) == 2  # one CLI per delegation, none ahead
+    assert all(Path(cwd).is_relative_to(worktrees) for cwd in spawned)
+    assert host_descendants() == []
+
+
 def _guide_block() -> str:
     """The Python block of docs/harness.md's "Ready products" section."""
     page = (Path(__file__).parents[1] / "docs" / "harness.md").read_text(encoding="utf-8")

@@ -5,7 +5,10 @@ the SDK built>``). It answers the SDK's ``initialize`` control request, reads th
 message, then plays the steps of the JSON list in ``STANDIN_SCENARIO``, and finally
 exits 0 on stdin EOF like the real CLI. ``STANDIN_RECORD`` names a directory where it
 writes ``argv.json``, ``env.json``, ``prompt.json``, ``initialize.json`` and one
-``response-<n>.json`` per control response it received.
+``response-<n>.json`` per control response it received. With
+``STANDIN_REFUSE_INITIALIZE_ONCE`` naming a file that does not exist yet, it creates the
+file, refuses ``initialize`` with an error response and exits at stdin EOF (the next
+stand-in answers).
 
 Steps (``op`` and its fields):
 
@@ -121,6 +124,22 @@ def main() -> None:
     if init is None or init.get("request", {}).get("subtype") != "initialize":
         raise SystemExit(2)
     _save("initialize.json", init["request"])
+    refuse = os.environ.get("STANDIN_REFUSE_INITIALIZE_ONCE")
+    if refuse and not os.path.exists(refuse):
+        Path(refuse).touch()  # the next stand-in answers
+        _send(
+            {
+                "type": "control_response",
+                "response": {
+                    "subtype": "error",
+                    "request_id": init["request_id"],
+                    "error": "initialize refused by the stand-in",
+                },
+            }
+        )
+        while _read() is not None:
+            pass
+        return
     _send(
         {
             "type": "control_response",

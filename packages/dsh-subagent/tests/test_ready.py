@@ -234,3 +234,77 @@ async def test_a_ready_product_is_spawned_exactly_as_a_cold_start(tmp_path: Path
 
     assert shape(specs["echo"]) == shape(specs["cold"])
     assert specs["echo"].env["B"] == "config"
+
+
+class AheadEcho(ReadyEcho):
+    """Records ``open_ahead`` (it leaves state for ``run()``) and ``release_state``."""
+
+    def __init__(self, config: EchoConfig, *, fail_ahead: bool = False) -> None:
+        super().__init__(config)
+        self.fail_ahead = fail_ahead
+        self.ahead: list[int] = []
+        self.released: list[tuple[int, object]] = []
+        self.ran_with: list[tuple[int, object]] = []
+        self.gone: list[int] = []
+
+    async def open_ahead(self, child: ProductChild) -> None:
+        self.ahead.append(child.process.pid)
+        if self.fail_ahead:
+            raise child.fail("handshake")
+        child.state = f"connected {child.process.pid}"
+
+    async def release_state(self, child: ProductChild) -> None:
+        self.released.append((child.process.pid, child.state))
+        if not child.process.tree_alive():  # the teardown's call, once the tree is gone
+            self.gone.append(child.process.pid)
+
+    async def run(self, child: ProductChild) -> str:
+        self.ran_with.append((child.process.pid, child.state))
+        return await super().run(child)
+
+
+async def test_open_ahead_runs_only_for_ready_products_and_release_state_on_every_path(
+    tmp_path: Path,
+) -> None:
+    provider = AheadEcho(EchoConfig(warm=1))
+    async with SubagentService() as service:
+        service.register_provider(provider)
+        pool = await _ready(service, tmp_path)
+        claimed = pool.idle[0].process.pid
+        assert provider.ahead == [claimed]  # ahead of any task
+        await _answer(service, "answer ready", tmp_path)
+        # The claimed run continued from what open_ahead left; its state was released.
+        assert provider.ran_with == [(claimed, f"connected {claimed}")]
+        assert (claimed, f"connected {claimed}") in provider.released
+        assert await pool.wait_ready()
+        unclaimed = pool.idle[0].process.pid
+        other = tmp_path / "other"
+        other.mkdir()
+        await _answer(service, "answer cold", other)  # another cwd: a cold start
+    cold, state = provider.ran_with[1]
+    assert state is None  # a cold start never goes through open_ahead
+    assert cold not in provider.ahead
+    released = dict(provider.released)
+    # The unclaimed product (released when the pool followed the other cwd), the cold
+    # run and the pool's last product at close: each released once its tree was gone.
+    assert released[unclaimed] == f"connected {unclaimed}"
+    assert released[cold] is None
+    assert set(released) == {process.pid for process in provider.spawned}
+    # Each tree's teardown released it once the tree was gone (an unclaimed product's
+    # state was released before its tree was ended, too).
+    assert set(provider.gone) == set(released)
+
+
+async def test_a_failed_open_ahead_never_fails_a_delegation(
+    service: SubagentService, tmp_path: Path
+) -> None:
+    provider = AheadEcho(EchoConfig(warm=1), fail_ahead=True)
+    service.register_provider(provider)
+    service.keep_ready("echo", str(tmp_path))
+    assert not await _pool(service).wait_ready()
+    assert await _answer(service, "answer fine", tmp_path) == (COMPLETED, "fine", 1)
+    pool = _pool(service)
+    assert not await pool.wait_ready()  # the claim's one retry failed too
+    assert (pool.stats.failed, pool.stats.cold, pool.stats.claimed) == (2, 1, 0)
+    assert not any(process.tree_alive() for process in provider.spawned)
+    assert {pid for pid, _ in provider.released} == {p.pid for p in provider.spawned}

@@ -8,7 +8,9 @@ module supplies only the product:
 * :meth:`~ClaudeCodeProvider.launch`: the CLI argv built by the SDK's own builder
   for this run's options, and the SDK's environment additions;
 * :meth:`~ClaudeCodeProvider.open` (stage ``query-start``): the run is published only
-  with a live CLI;
+  with a live CLI; a ready CLI (``warm``) is also taken past the SDK's ``initialize``
+  before its task (:meth:`~ClaudeCodeProvider.open_ahead`,
+  :mod:`~dsh_subagent_claude_code.ahead`);
 * :meth:`~ClaudeCodeProvider.run` (stage ``query-run``): the SDK's ``query()`` over
   :class:`~dsh_subagent_claude_code.transport.ManagedCLITransport`, consumed to the end;
   ``completed`` only for a strict success followed by a normal end of stream. Each
@@ -56,6 +58,7 @@ from dsh_subagent import (
 )
 from pydantic import JsonValue, ValidationError
 
+from dsh_subagent_claude_code.ahead import Connected, connect_ahead
 from dsh_subagent_claude_code.config import ClaudeCodeConfig, PermissionMode
 from dsh_subagent_claude_code.failures import PermissionFact, accepted_answer, result_failure
 from dsh_subagent_claude_code.launch import (
@@ -321,29 +324,52 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
         if child.exit_facts is not None:
             raise child.fail("process-exit")
 
+    async def open_ahead(self, child: ProductChild) -> None:
+        """A ready CLI: the SDK's ``initialize`` sent and answered before the task
+        (:mod:`~dsh_subagent_claude_code.ahead`); ``run()`` continues from it.
+
+        A ready product is prepared for a fresh, untyped delegation only (a continuation
+        or a typed one starts cold), so the options are a plain run's in the cwd.
+        """
+        run = _Run(self.config.permission_mode)
+        child.state = await connect_ahead(child, lambda: self._sdk_options(child.cwd, run), run)
+
+    async def release_state(self, child: ProductChild) -> None:
+        """End the SDK client a ready CLI was connected with (claimed or not)."""
+        if isinstance(child.state, Connected):
+            await child.state.close()
+
     async def run(self, child: ProductChild) -> str:
         """Consume the SDK's ``query()`` to the end; the answer of a strict success.
 
         The SDK's initialize request, the prompt and every control request travel over
         the child's stdio; a permission prompt is denied and an MCP elicitation declined,
-        each leaving a permission fact that follows a failure line.
+        each leaving a permission fact that follows a failure line. A ready CLI
+        (``open_ahead()``) answered ``initialize`` already: it is handed the prompt on
+        the connected client and its messages are consumed the same way.
         """
-        run = _Run(self.config.permission_mode, structured=child.output_schema is not None)
+        ahead = child.state if isinstance(child.state, Connected) else None
+        run: _Run
+        if ahead is not None:
+            run = ahead.run
+            messages = ahead.messages(child.task)
+        else:
+            run = _Run(self.config.permission_mode, structured=child.output_schema is not None)
+            messages = cast(
+                AsyncGenerator[Message, None],
+                query(
+                    prompt=child.task,
+                    options=self._sdk_options(child.cwd, run, child.resume, child.output_schema),
+                    transport=ManagedCLITransport(child),
+                ),
+            )
         progress = ClaudeProgress(
             child.report, include_commands=child.include_commands, resumed=child.resume is not None
         )
-        messages = cast(
-            AsyncGenerator[Message, None],
-            query(
-                prompt=child.task,
-                options=self._sdk_options(child.cwd, run, child.resume, child.output_schema),
-                transport=ManagedCLITransport(child),
-            ),
-        )
         try:
-            # The first message answers the SDK's initialize and the prompt at once (the
-            # CLI's system init): it is bounded by response_timeout_seconds, the rest is
-            # the turn and is not.
+            # The first message answers the prompt (the CLI's system init; on a cold CLI
+            # the SDK's initialize too): it is bounded by response_timeout_seconds, the
+            # rest is the turn and is not.
             first = await child.await_response(lambda: _first(messages))
             if first is not None:
                 run.observe(first)
@@ -361,6 +387,8 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeConfig]):
             with anyio.CancelScope(shield=True):
                 try:
                     await messages.aclose()
+                    if ahead is not None:
+                        await ahead.close()
                 except Exception:
                     _log.debug("%s: closing the SDK query raised", self.prefix, exc_info=True)
         if run.failure is not None:

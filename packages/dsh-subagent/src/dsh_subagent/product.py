@@ -77,6 +77,7 @@ from dsh_subagent.lines import (
 from dsh_subagent.observe import report_stage
 from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild, failure_of
 from dsh_subagent.product_output import ProductOutputHooks
+from dsh_subagent.product_ready import ProductReadyHooks
 from dsh_subagent.product_rollback import Cancelled, roll_back
 from dsh_subagent.product_stderr import stderr_logger
 from dsh_subagent.progress import ProgressStream
@@ -109,7 +110,9 @@ ConfigT = TypeVar("ConfigT", bound=ProductConfig)
 _log = logging.getLogger("dsh_subagent")
 
 
-class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic[ConfigT]):
+class ProductProvider(
+    ProductOutputHooks, ProductReadyHooks, OutOfProcessProvider[ConfigT], Generic[ConfigT]
+):
     """Base of a provider that runs one product process per delegation.
 
     Subclass it with a :class:`~dsh_subagent.ProductConfig` subclass and implement the
@@ -147,10 +150,6 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
     """Seconds stdout is still read after the product exited while something else (a
     ``setsid`` tool process) holds it open; what the product wrote is in the pipe by then."""
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
-    offers_ready_starts: ClassVar[bool] = False
-    """``True`` when :meth:`launch` and :meth:`open` depend only on the cwd and this
-    configuration, never on the task: a product can then be started and opened before
-    its task arrives (the configuration's ``warm``; :mod:`dsh_subagent.ready`)."""
     max_task_chars: ClassVar[int | None] = None
     """The product's input limit: the most characters (Unicode code points) its task may
     have, all text blocks together. A longer task is refused before anything starts
@@ -598,3 +597,4 @@ class ProductProvider(ProductOutputHooks, OutOfProcessProvider[ConfigT], Generic
             child.scratch.remove()  # nothing of the tree is alive to use it
         finally:
             child.process.detach_stderr_observer()
+            await self.release_state(child)

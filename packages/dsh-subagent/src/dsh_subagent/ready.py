@@ -3,8 +3,10 @@
 A provider instance whose configuration sets ``warm = N`` (and whose provider declares
 ``offers_ready_starts``) gets a :class:`ReadyPool` from the service that runs it: up to
 ``N`` products spawned exactly as a cold start spawns them (the instance's scrubbed
-environment, its confinement, the host-death guard) and taken through ``open()``. A
-delegation claims one and a replacement starts in the background.
+environment, its confinement, the host-death guard) and taken through ``open()`` and
+the provider's ``open_ahead()`` (what of its handshake a cold start does only with the
+task, :class:`~dsh_subagent.product_ready.ProductReadyHooks`). A delegation claims one
+and a replacement starts in the background.
 
 The rules (docs/rules.md):
 
@@ -238,7 +240,7 @@ class ReadyPool:
     async def _release_quietly(self, child: ProductChild) -> None:
         with anyio.CancelScope(shield=True):
             try:
-                await self.provider._release(child)
+                await _release_unclaimed(self.provider, child)
             except Exception as exc:
                 _log.error(
                     "%s: ending a ready product's tree failed: %r", self.provider.prefix, exc
@@ -266,7 +268,8 @@ def ready_pool_for(pool: ReadyPool | None) -> Iterator[None]:
 async def prepare_product(provider: ProductProvider[Any], key: ReadyKey) -> ProductChild:
     """Spawn and open one product for ``key`` as a cold start does, before any task.
 
-    The spawn, the admission gate and ``open()`` are the cold start's; the run id is
+    The spawn, the admission gate and ``open()`` are the cold start's, then the
+    provider's ``open_ahead()`` (inside the gate: it is the handshake); the run id is
     drawn now (the product's stderr lines carry it). On any failure or cancellation the
     whole tree is ended before the error propagates.
     """
@@ -283,14 +286,22 @@ async def prepare_product(provider: ProductProvider[Any], key: ReadyKey) -> Prod
             child = provider._new_child(process, cwd, run_id, [], admission, include_commands, None)
             child.scratch = scratch
             await provider.open(child)
+            await provider.open_ahead(child)
     except BaseException:
         with anyio.CancelScope(shield=True):
             if child is None:
                 scratch.remove()
             else:
-                await provider._release(child)
+                await _release_unclaimed(provider, child)
         raise
     return child
+
+
+async def _release_unclaimed(provider: ProductProvider[Any], child: ProductChild) -> None:
+    # What open_ahead() opened stops before the tree is ended: a product ended while idle
+    # is no failure to report (the SDK would log the CLI's SIGTERM exit as one).
+    await provider.release_state(child)
+    await provider._release(child)
 
 
 async def publish_claimed(
@@ -304,7 +315,7 @@ async def publish_claimed(
     ``open()``: the task, the budget's idle clock, then the cold start's publication."""
     if request.cancel.aborted:
         with anyio.CancelScope(shield=True):
-            await provider._release(child)
+            await _release_unclaimed(provider, child)
         raise StartCancelledError(provider._cancelled_message())
     child.task_texts = tuple(texts)
     clock.attach(child.lines)
