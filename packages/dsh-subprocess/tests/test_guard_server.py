@@ -205,6 +205,30 @@ async def test_server_fds_are_not_inherited_by_other_children(tmp_path: Path) ->
         assert json.loads(out) == [0, 1, 2, 3]  # stdio and listdir's own fd
 
 
+@pytest.mark.parametrize("served", [True, False], ids=["served", "per-spawn"])
+async def test_wait_returns_once_the_guard_of_an_emptied_tree_has_exited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: bool
+) -> None:
+    # The guard reports the exit, then reaps and exits: a caller acting on wait() (a
+    # delegation's result) must find nothing of the run alive. The window is short, so
+    # many runs make a guard still alive at wait() show (a few in 200 served ones on an
+    # idle host; a per-spawn guard costs an interpreter start, so fewer of those).
+    if not served:
+        monkeypatch.setattr(_guard_server, "_start", lambda: None)
+    guards_alive = []
+    for _ in range(200 if served else 40):
+        proc = await spawn(sh("read line; exit 3", tmp_path, stdin="pipe", stdout="devnull"))
+        guard = _guard_of(proc)  # the product waits for its stdin: the guard is there
+        assert proc.stdin is not None
+        await proc.stdin.aclose()
+        with anyio.fail_after(_HANG_GUARD_SECONDS):
+            assert await proc.wait() == ExitFacts(exit_code=3, signal=None)
+        guards_alive += [p.pid for p in alive([guard])]
+        await proc.terminate()
+    assert guards_alive == []
+    assert (guard_server_pid() is not None) is served
+
+
 async def test_no_server_falls_back_to_a_guard_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
