@@ -351,6 +351,62 @@ def test_after_dsh_is_sigkilled_mid_batch_every_process_of_its_cluster_is_gone(
     assert gone_after < GONE_WITHIN_SECONDS
 
 
+def _cluster_directory(stderr: str) -> Path:
+    prefix = "dsh.product.ray: the local Ray cluster's directory: "
+    (where,) = [line[len(prefix) :] for line in stderr.splitlines() if line.startswith(prefix)]
+    return Path(where)
+
+
+def test_the_cluster_directory_a_sigkilled_dsh_left_is_removed_by_the_next_run(
+    run: Run,
+) -> None:
+    # The guard ends a killed dsh's cluster but knows nothing of its directory: the next
+    # `dsh batch --ray` that starts a cluster in the same place (here /tmp: the fixture's
+    # TMPDIR is too long for Ray's sockets) removes it.
+    tasks = run.tasks({"id": "held", "task": "dsh-contract/1 hold T-d1ed0000"})
+    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
+        [*run.argv(tasks), "-v"],
+        env=run.env,
+        cwd=run.root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        while not (run.root / "ready" / "T-d1ed0000").exists():  # the product is mid-task
+            if proc.poll() is not None:
+                pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
+            time.sleep(0.1)
+        cluster = run.marked()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        _, alive = psutil.wait_procs(cluster, timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    assert alive == [], [p.name() for p in alive]
+    left = _cluster_directory(err)
+    assert left.is_dir()  # what the kill -9 leaves
+    tasks = run.tasks({"id": "next", "task": "hello"})
+    done = subprocess.run(
+        [*run.argv(tasks), "-v"],
+        env=run.env,
+        cwd=run.root,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert f"dsh.product.ray: removed a killed run's cluster directory: {left}" in done.stderr
+    assert not left.exists()
+    assert not _cluster_directory(done.stderr).exists()  # its own, removed as it ended
+
+
 # Every readable environ and cmdline, searched for a planted value, as a product would.
 SCAN = (
     "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f; done "

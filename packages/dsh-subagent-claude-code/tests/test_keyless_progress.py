@@ -73,10 +73,6 @@ def _config(home: KeylessClaudeHome, **fields: Any) -> ClaudeCodeConfig:
     return ClaudeCodeConfig(env=env, model=MODEL, permission_mode="bypassPermissions", **fields)
 
 
-def _a_guard(argv: tuple[str, ...]) -> bool:
-    return any(arg.endswith("_guard.py") for arg in argv)
-
-
 async def _run(
     config: ClaudeCodeConfig,
     cwd: Path,
@@ -98,13 +94,9 @@ async def _run(
             with anyio.fail_after(120):
                 events = [event async for event in run.progress]
                 result = await run.result()
-            # The result waited for the tree: nothing of the product is alive now. A served
-            # guard was seen, in two full suites, still finishing its own exit at this
-            # moment (its product tree gone; the cause is not known yet), so a guard must
-            # be gone within a bound rather than at once, and is reported if it is not.
-            at_result = watch.alive()
-            alive = [_described(seen) for seen in at_result if not _a_guard(seen.argv)]
-            alive += [_described(seen) for seen in watch.wait_gone(30) if _a_guard(seen.argv)]
+            # The result waited for the product's exit and for its guard's (the CLI leaves
+            # nothing behind): nothing the run started is alive now.
+            alive = [_described(seen) for seen in watch.alive()]
             await run.dispose()
     return events, result, alive
 

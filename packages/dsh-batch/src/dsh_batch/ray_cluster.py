@@ -17,7 +17,8 @@
   ``dsh_subprocess`` (every Ray process is a descendant of the guard), no dashboard,
   usage statistics off, its own temporary directory (so no other ``ray.init`` on the
   machine finds it; under ``/tmp`` when ``TMPDIR`` is too long for Ray's unix socket
-  paths) and a random token for Ray's token authentication that lives only in the
+  paths; one left by a killed ``dsh`` is removed by the next ``dsh batch --ray`` that
+  starts a cluster there) and a random token for Ray's token authentication that lives only in the
   environment of dsh and of the cluster (nothing is written to ``~/.ray``). When
   the batch ends the whole tree is terminated; should ``dsh`` itself be killed, the
   guard kills every process of the cluster at once. The cluster's processes (``raylet``,
@@ -48,8 +49,10 @@ from anyio.from_thread import start_blocking_portal
 from dsh_profiles.errors import UsageError
 from dsh_subprocess import (
     SpawnSpec,
+    collect_orphaned_dirs,
     is_scrubbed_name,
     is_scrubbed_value,
+    make_owned_dir,
     shutdown_guard_server,
     spawn,
 )
@@ -83,6 +86,7 @@ _SOCKET_PATH_MAX: Final = 103 if sys.platform == "darwin" else 107
 _RAY_TAIL: Final = len("/session_2026-12-05_11-43-51_026291_4194304/sockets/") + 20
 """The longest Ray adds under ``--temp-dir``: its session directory (date, microseconds,
 the largest Linux pid) and a socket name (``plasma_store.N``, 15 bytes) with room spare."""
+_OWN_PREFIX_DIR: Final = "dshray-"
 _OWN_DIR: Final = len("/dshray-") + 8
 """The run's own directory under the base (``mkdtemp``'s random part is 8 characters)."""
 _FALLBACK_BASE: Final = "/tmp"
@@ -248,7 +252,11 @@ def local_cluster(passed: Collection[str] = ()) -> Iterator[str]:
     Raises:
         RayUnavailableError: the cluster did not start.
     """
-    temp = tempfile.mkdtemp(prefix="dshray-", dir=_session_base())
+    base = _session_base()
+    # A killed dsh left its directory (its guard ended the cluster): collected here.
+    for orphan in collect_orphaned_dirs(_OWN_PREFIX_DIR, base):
+        logging.getLogger(RAY_LOGGER).info("removed a killed run's cluster directory: %s", orphan)
+    temp = make_owned_dir(_OWN_PREFIX_DIR, base)
     logging.getLogger(RAY_LOGGER).info("the local Ray cluster's directory: %s", temp)
     (port,) = _free_ports(1)
     token = secrets.token_hex(32)

@@ -42,6 +42,7 @@ from .errors import (
 )
 from .facts import ExitFacts, signal_name
 from .hostprotect import host_process_protected, protect_host_process
+from .owned_dirs import collect_orphaned_dirs, make_owned_dir
 from .process import ManagedProcess
 from .spec import MAX_GRACE_SECONDS, SpawnSpec, StderrMode, StdioMode
 
@@ -70,12 +71,14 @@ __all__ = [
     "StdoutUntilExit",
     "check_env_overlay",
     "child_env",
+    "collect_orphaned_dirs",
     "guard_server_pid",
     "host_process_protected",
     "is_scrubbed_name",
     "is_scrubbed_value",
     "kill_all_trees_now",
     "landlock_abi",
+    "make_owned_dir",
     "probe_cwd",
     "protect_host_process",
     "scrubbed_parent_env",

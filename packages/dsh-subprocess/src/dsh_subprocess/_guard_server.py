@@ -18,7 +18,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+
+import psutil
+
+from . import _tree
 
 __all__ = [
     "GuardServer",
@@ -35,6 +40,7 @@ GUARD_PATH = str(Path(__file__).with_name("_guard.py"))
 MAX_REQUEST_BYTES = 200_000  # a larger request (huge argv or env) uses a per-spawn guard
 _SHUTDOWN_WAIT_SECONDS = 2.0
 _AT_EXIT_WAIT_SECONDS = 1.0
+_TREE_POLL_SECONDS = 0.01
 
 enabled = sys.platform == "linux"
 """Whether guarded spawns go through the server (Linux only).
@@ -94,6 +100,35 @@ class GuardServer:
         except subprocess.TimeoutExpired:
             self._popen.kill()
             self._popen.wait()
+
+    def tree(self) -> list[psutil.Process]:
+        """The server's live descendants now: its guards and the trees they guard."""
+        try:
+            return psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def stop(self, timeout: float) -> None:
+        """Close the host's ends and return once the server and all it guarded are gone.
+
+        The server kills its trees and exits; one SIGKILLed after ``timeout`` leaves its
+        guards to end their trees by themselves (they watch it), so those are waited for
+        as well, and whatever still runs ``timeout`` seconds later is SIGKILLed: a host
+        that stopped its server never leaves a guard or a product behind.
+        """
+        tree = self.tree()  # before closing: the server's children are ours to list now
+        self.close()
+        self.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while (left := [proc for proc in tree if _tree.is_live(proc)]) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(_TREE_POLL_SECONDS)
+        for proc in left:
+            _tree.kill_process(proc)
+        deadline = time.monotonic() + timeout
+        while any(_tree.is_live(proc) for proc in left) and time.monotonic() < deadline:
+            time.sleep(_TREE_POLL_SECONDS)
 
     def disown(self) -> None:
         """Forget the server without signalling it (in a forked child: the parent owns it)."""
@@ -170,8 +205,7 @@ def forget(server: GuardServer) -> None:
         if _current is not server:
             return
         _current = None
-    server.close()
-    server.wait(_SHUTDOWN_WAIT_SECONDS)
+    server.stop(_SHUTDOWN_WAIT_SECONDS)
 
 
 def guard_server_pid() -> int | None:
@@ -203,7 +237,9 @@ def guard_server_pids() -> frozenset[int]:
 def shutdown_guard_server() -> None:
     """Stop this host's guard server, if one runs, and wait until it has exited.
 
-    Every product tree it still guards is SIGKILLed. The next guarded spawn starts a new
+    Every product tree it still guards is SIGKILLed, and this returns once none of their
+    processes (guards included) is alive, or a few seconds after whatever was left got
+    SIGKILL by the host itself. The next guarded spawn starts a new
     server. Runs by itself at interpreter exit.
     """
     _shutdown(_SHUTDOWN_WAIT_SECONDS)
@@ -214,8 +250,7 @@ def _shutdown(wait: float) -> None:
     with _lock:
         server, _current = _current, None
     if server is not None:
-        server.close()
-        server.wait(wait)
+        server.stop(wait)
 
 
 def _after_fork_in_child() -> None:

@@ -51,6 +51,36 @@ def descendants(proc: psutil.Process, known: dict[int, psutil.Process]) -> list[
     return found
 
 
+def has_live_child(pid: int) -> bool:
+    """Tell whether process ``pid`` has a child that is not a zombie (Linux; ``False`` when gone).
+
+    Reads only ``pid``'s own ``/proc/<pid>/task/<tid>/children`` lists where the kernel has
+    them (a full ``/proc`` scan otherwise).
+    """
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        stats = _linux_stats()
+        return any(ppid == pid and state not in _DEAD_STATES for _, state, ppid, _ in stats)
+    for tid in tids:  # a child is listed under the thread that forked it
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as listing:
+                kids = listing.read().split()
+        except OSError:
+            continue
+        for kid in kids:
+            try:
+                with open(b"/proc/" + kid + b"/stat", "rb") as stat:
+                    data = stat.read()
+            except OSError:
+                continue  # reaped meanwhile
+            if data[data.rfind(b")") + 2 :][:1] not in _DEAD_STATES:
+                return True
+    return False
+
+
 def _linux_stats() -> list[tuple[int, bytes, int, int]]:
     """(pid, state, ppid, pgrp) of every process, read from ``/proc/*/stat``."""
     try:

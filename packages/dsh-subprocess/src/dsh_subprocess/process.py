@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 
@@ -34,6 +35,7 @@ _POLL_SECONDS = 0.01
 _DISCOVERY_INTERVAL_SECONDS = 0.1  # how often a guarded tree is re-walked while waiting
 _DIRECT_DISCOVERY_SECONDS = 0.03
 _GUARD_SELF_EXIT_SECONDS = 0.5  # after the product is SIGKILLed the guard reaps and reports
+_GUARD_EXIT_SECONDS = 5.0  # a guard with nothing left to reap exits at once; bound a stopped one
 _KILL_RETRY_SECONDS = 1.0
 _DRAIN_JOIN_SECONDS = 1.0
 _GUARD_START_SECONDS = 30.0  # a server that has not forked the guard by then is broken
@@ -174,12 +176,22 @@ class ManagedProcess(anyio.abc.AsyncResource):
     async def wait(self) -> ExitFacts:
         """Wait for the product process (not its tree) to end.
 
+        Under the Linux guard it also waits (at most a few seconds) for the guard to exit
+        when the product left nothing alive, so no process of the tree runs when it
+        returns; a guard that still reaps live descendants is not waited for.
+
         Returns:
             Its exit facts. Descendants may still be alive: see :meth:`wait_tree_exit`.
         """
         await self._poll_until(lambda: self._poll_facts() is not None)
         facts = self._poll_facts()
         assert facts is not None
+        if self._guarded and not self._portable and sys.platform == "linux":
+            # The guard reports the exit before it reaps what is left and exits itself:
+            # a guard with nothing left to reap is waited for, so that a caller who acts
+            # on the product's end (a result) never leaves its guard running.
+            with anyio.move_on_after(_GUARD_EXIT_SECONDS):
+                await self._poll_until(self._guard_done)
         return facts
 
     async def wait_tree_exit(self) -> None:
@@ -264,6 +276,19 @@ class ManagedProcess(anyio.abc.AsyncResource):
         # already covers every descendant. Without it, discovery is what keeps escapees known.
         interval = _DISCOVERY_INTERVAL_SECONDS if self._guarded else _DIRECT_DISCOVERY_SECONDS
         return time.monotonic() - self._last_discovery >= interval
+
+    def _guard_done(self) -> bool:
+        """Whether the guard has exited, or stays because the product left live children.
+
+        Its own exit is seen by pid (a zombie counts as gone), not by the status pipe's
+        EOF: the kernel closes a process's files before it becomes a zombie.
+        """
+        root = self._root
+        if root is None or not _tree.is_live(root):
+            return True
+        # The guard is the tree's subreaper: once the product is gone, every live member
+        # descends from one of the guard's own children.
+        return _tree.has_live_child(root.pid)
 
     def _root_alive(self) -> bool:
         if self._process is None:
