@@ -1,18 +1,18 @@
 """The ``dsh`` console script: Ctrl-C at any moment exits 130 without a traceback.
 
-This module imports nothing heavy itself: the command (and with it anyio, pydantic and
-every provider library) is imported inside the ``try``, so an interrupt during the
-second or so of imports is handled like one during a run. Before those imports the
-process makes itself not dumpable (:mod:`dsh_subprocess.protect`). While a run is live, the
-command's own signal handling cancels it and waits for the product's whole process tree.
+This module imports nothing heavy itself: everything (dsh-subprocess, and then the
+command with anyio, pydantic and every provider library) is imported inside the ``try``,
+so an interrupt during the second or so of imports is handled like one during a run. The
+first thing the ``try`` does is make the process not dumpable
+(:mod:`dsh_subprocess.protect`), before the command loads a profile or starts a product.
+While a run is live, the command's own signal handling cancels it and waits for the
+product's whole process tree.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
-
-from dsh_subprocess.protect import protect_command_process
 
 EXIT_INTERRUPTED = 130
 
@@ -25,8 +25,12 @@ def _interrupted(exc: BaseException) -> bool:
 
 def main() -> int:
     """Run ``dsh`` with ``sys.argv``; an interrupt outside a live run exits 130 quietly."""
-    protect_command_process()  # first: the environment is readable until this returns
     try:
+        # Importing dsh_subprocess takes a moment (anyio, psutil): inside the try, so a
+        # Ctrl-C during it exits 130 quietly too. No product exists before the command runs.
+        from dsh_subprocess.protect import protect_command_process
+
+        protect_command_process()  # first: the environment is readable until this returns
         from dsh_cli.cli import main as run_command
 
         return run_command()
