@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn, Protocol
 
 import anyio
 import psutil
@@ -66,9 +66,33 @@ __all__ = [
     "HOLD_OWNER",
     "OVERLAY_CREDENTIAL_NAME",
     "ContractHarness",
+    "CredentialedTests",
+    "ProviderTests",
     "describe_ready_file",
     "wait_ready_file",
 ]
+
+
+class ProviderTests(Protocol):
+    """The provider's test class as a rule reads it (``self`` of a rule): the class
+    attributes and hook of :class:`~dsh_contract_tests.ProviderContract` a rule uses.
+
+    The rules sit below the base classes that bind them, so they name this shape and
+    never the base class itself.
+    """
+
+    entry_point_name: ClassVar[str | None]
+    concurrency: ClassVar[int]
+    secret_examples: ClassVar[int]
+
+    def loader_config(self, setup: ChildSetup) -> dict[str, Any]: ...
+
+
+class CredentialedTests(Protocol):
+    """The credentialed test class as its rule reads it (see :class:`ProviderTests`)."""
+
+    settle_timeout: ClassVar[float]
+
 
 OVERLAY_CREDENTIAL_NAME = "CONTRACT_OVERLAY_API_KEY"
 """Credential-shaped variable the kit layers explicitly (must reach the child)."""
