@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from dsh_contract_tests.failures import requirement
-from dsh_contract_tests.harness import OVERLAY_CREDENTIAL_NAME, ContractHarness, ProviderTests
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 from dsh_contract_tests.processes import spawns
 from dsh_contract_tests.scenario import ENV_READY_DIR, ChildSetup
 
@@ -108,13 +108,14 @@ async def test_explicit_overlay_reaches_child(
             f"process(es) {listed} have no {ENV_READY_DIR}={setup.ready_dir} in their "
             "environment (it was layered through the provider's env configuration)"
         )
+    name = contract.overlay_credential_name
     for process, env in own:
-        assert env.get(OVERLAY_CREDENTIAL_NAME) == setup.env[OVERLAY_CREDENTIAL_NAME], (
+        assert env.get(name) == setup.env[name], (
             f"the run's child process {process} "
             + (
-                f"has no {OVERLAY_CREDENTIAL_NAME} in its environment"
-                if OVERLAY_CREDENTIAL_NAME not in env
-                else f"has another value of {OVERLAY_CREDENTIAL_NAME} than the configured one"
+                f"has no {name} in its environment"
+                if name not in env
+                else f"has another value of {name} than the configured one"
             )
             + " (it was layered through the provider's env configuration)"
         )
