@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 import anyio
 import psutil
@@ -78,20 +78,24 @@ class ProviderTests(Protocol):
     attributes and hook of :class:`~dsh_contract_tests.ProviderContract` a rule uses.
 
     The rules sit below the base classes that bind them, so they name this shape and
-    never the base class itself.
+    never the base class itself. Read-only, so a subclass's narrower value fits
+    (``entry_point_name = "acme"``).
     """
 
-    entry_point_name: ClassVar[str | None]
-    concurrency: ClassVar[int]
-    secret_examples: ClassVar[int]
-
+    @property
+    def entry_point_name(self) -> str | None: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def secret_examples(self) -> int: ...
     def loader_config(self, setup: ChildSetup) -> dict[str, Any]: ...
 
 
 class CredentialedTests(Protocol):
     """The credentialed test class as its rule reads it (see :class:`ProviderTests`)."""
 
-    settle_timeout: ClassVar[float]
+    @property
+    def settle_timeout(self) -> float: ...
 
 
 _CHILD_PROTOCOL = (ENV_READY_DIR, ENV_ERROR_TEXT, ENV_STDERR_TEXT)
