@@ -6,7 +6,7 @@ import re
 
 import pytest
 from dsh_contract_tests import REQUIREMENTS, CredentialedProviderContract, ProviderContract
-from dsh_contract_tests.plugin import REQUIREMENT_MARKER
+from dsh_contract_tests.manifest import REQUIREMENT_MARKER
 
 _KITS = (ProviderContract, CredentialedProviderContract)
 

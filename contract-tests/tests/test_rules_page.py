@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from dsh_contract_tests import REQUIREMENTS, CredentialedProviderContract, ProviderContract
-from dsh_contract_tests.manifest import RULES_PAGE, Requirement
-from dsh_contract_tests.plugin import REQUIREMENT_MARKER
+from dsh_contract_tests.manifest import REQUIREMENT_MARKER, RULES_PAGE, Requirement
 
 PAGE = Path(__file__).resolve().parents[2] / RULES_PAGE
 

@@ -138,6 +138,12 @@ def test_a_wrong_import_breaks_the_contract_it_crosses(tmp_path: Path, case: str
         text = registry.read_text(encoding="utf-8")
         registry.write_text(text + "\nfrom dsh_tool_jobs import _wrong\n", encoding="utf-8")
     done = _lint_imports(tmp_path, pythonpath=overlay)
+    report = _broken_exactly(done, broken)
+    assert "._wrong" in report  # the offending module is named (relative in a cycle report)
+
+
+def _broken_exactly(done: subprocess.CompletedProcess[str], broken: list[str]) -> str:
+    """The report of a run that broke exactly the contracts ``broken`` (and kept the rest)."""
     assert done.returncode == 1, done.stdout + done.stderr
     # Long contract names wrap in the report: compare with whitespace collapsed.
     report = " ".join(done.stdout.split())
@@ -146,8 +152,38 @@ def test_a_wrong_import_breaks_the_contract_it_crosses(tmp_path: Path, case: str
         name = " ".join(str(contracts[contract_id]["name"]).split())
         status = "BROKEN" if contract_id in broken else "KEPT"
         assert f"{name} {status}" in report, f"{contract_id} not {status}:\n{done.stdout}"
-    assert "._wrong" in report  # the offending module is named (relative in a cycle report)
     assert f"Contracts: {len(contracts) - len(broken)} kept, {len(broken)} broken." in report
+    return report
+
+
+def _kit_copy(tmp_path: Path) -> Path:
+    """A copy of the kit's import package that shadows the workspace's (see the docstring)."""
+    copy = tmp_path / "overlay" / "dsh_contract_tests"
+    shutil.copytree(
+        _package_dir("dsh_contract_tests"), copy, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    return copy
+
+
+def test_a_back_edge_in_the_kit_breaks_its_floors(tmp_path: Path) -> None:
+    # The manifest is the kit's bottom floor (data); the ledger above it imports it.
+    copy = _kit_copy(tmp_path)
+    manifest = copy / "manifest.py"
+    text = manifest.read_text(encoding="utf-8")
+    manifest.write_text(text + "\nfrom dsh_contract_tests import ledger\n", encoding="utf-8")
+    done = _lint_imports(tmp_path, pythonpath=copy.parent)
+    report = _broken_exactly(done, ["acyclic", "kit-floors"])
+    assert "dsh_contract_tests.manifest -> dsh_contract_tests.ledger" in report
+
+
+def test_a_kit_module_without_a_floor_breaks_the_kit_floors(tmp_path: Path) -> None:
+    # The kit's layers are exhaustive on purpose: a new module is placed, not left out of
+    # the order (an unplaced module's imports would go unchecked).
+    copy = _kit_copy(tmp_path)
+    (copy / "unplaced.py").write_text("from dsh_contract_tests import manifest\n", "utf-8")
+    done = _lint_imports(tmp_path, pythonpath=copy.parent)
+    report = _broken_exactly(done, ["kit-floors"])
+    assert "unplaced" in report
 
 
 def test_no_contract_ignores_an_import() -> None:

@@ -11,8 +11,8 @@ from dsh_contract_tests.contract import (
     check_no_silent_opt_out,
 )
 from dsh_contract_tests.driver import LifecycleEvent, ServiceDriver, SpyProvider
-from dsh_contract_tests.failures import ContractViolation, SilentOptOut
-from dsh_contract_tests.manifest import REQUIREMENTS, Requirement, requirement
+from dsh_contract_tests.failures import ContractViolation, SilentOptOut, requirement
+from dsh_contract_tests.manifest import REQUIREMENTS, Requirement
 from dsh_contract_tests.processes import ProcessWatch
 from dsh_contract_tests.routes import (
     LoopbackDirectiveRoute,

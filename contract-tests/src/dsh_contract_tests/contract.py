@@ -32,11 +32,10 @@ from _pytest.outcomes import OutcomeException
 from dsh_subagent import SubagentProvider
 
 from dsh_contract_tests import rules
-from dsh_contract_tests.failures import ContractViolation
+from dsh_contract_tests.failures import ContractViolation, requirement
 from dsh_contract_tests.guard import bind_overrides, check_no_silent_opt_out
 from dsh_contract_tests.harness import ContractHarness, describe_ready_file, wait_ready_file
-from dsh_contract_tests.manifest import REQUIREMENTS, requirement
-from dsh_contract_tests.plugin import REQUIREMENT_MARKER
+from dsh_contract_tests.manifest import REQUIREMENT_MARKER, REQUIREMENTS
 from dsh_contract_tests.scenario import ChildSetup, ProviderFactory
 
 __all__ = [

@@ -1,7 +1,7 @@
 """How a kit failure reads: the rule's id and sentence first, then what was observed.
 
-Every kit test is bound to its requirement by :func:`bind_rule` (through
-:func:`~dsh_contract_tests.requirement`). Whatever ends a rule early — a failed check, a
+Every kit test is bound to its requirement by :func:`bind_rule`, through the decorator
+:func:`requirement` that names its manifest id. Whatever ends a rule early — a failed check, a
 wait that ran out, an exception the provider raised — leaves the test as one
 :class:`ContractViolation` whose message is::
 
@@ -27,16 +27,15 @@ import inspect
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import anyio
+import pytest
 from _pytest.outcomes import Failed, OutcomeException, Skipped, XFailed
 
 from dsh_contract_tests import ledger, verify_child
+from dsh_contract_tests.manifest import REQUIREMENT_MARKER, REQUIREMENTS, Requirement
 from dsh_contract_tests.watchdog import Hang, in_worker, run_isolated, run_isolated_sync
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.manifest import Requirement
 
 __all__ = [
     "CALLS_RETURN",
@@ -51,6 +50,7 @@ __all__ = [
     "current_rule",
     "kit_skip",
     "render_error",
+    "requirement",
     "rule_entered",
     "verdict",
 ]
@@ -252,8 +252,6 @@ async def _hung(hang: Hang, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
     harness = _harness(args, kwargs)
     if harness is not None:
         await harness.hung(hang)
-    from dsh_contract_tests.manifest import REQUIREMENTS
-
     raise ContractViolation(REQUIREMENTS[CALLS_RETURN], str(hang))
 
 
@@ -261,8 +259,6 @@ def _begin(requirement: Requirement, emit: Callable[[dict[str, Any]], None]) -> 
     """The outermost rule of a test starts: its node id (the run ends if unaccounted)."""
     node = ledger.current_nodeid()
     if node is None:
-        import pytest
-
         pytest.exit(NO_PLUGIN, returncode=1)
     emit({"event": "begin", "node": node, "id": requirement.id})
     return node
@@ -362,3 +358,22 @@ def bind_rule(requirement: Requirement, func: _F) -> _F:
         return result
 
     return rule  # type: ignore[return-value]
+
+
+def requirement(req_id: str) -> Callable[[_F], _F]:
+    """Tie a kit test to its manifest id (and to the id's tier marker).
+
+    The test is wrapped so that however it fails, the failure starts with the id and the
+    rule sentence (:class:`~dsh_contract_tests.ContractViolation`).
+
+    Raises:
+        KeyError: ``req_id`` is not in :data:`~dsh_contract_tests.REQUIREMENTS` (caught at
+            import time).
+    """
+    req = REQUIREMENTS[req_id]
+
+    def mark(func: _F) -> _F:
+        marked = getattr(pytest.mark, REQUIREMENT_MARKER)(req.id)(bind_rule(req, func))
+        return getattr(pytest.mark, req.tier)(marked)  # type: ignore[no-any-return]
+
+    return mark

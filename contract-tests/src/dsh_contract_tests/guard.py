@@ -32,8 +32,7 @@ from dsh_contract_tests.failures import (
     SilentOptOut,
     render_error,
 )
-from dsh_contract_tests.manifest import REQUIREMENTS
-from dsh_contract_tests.plugin import REQUIREMENT_MARKER
+from dsh_contract_tests.manifest import REQUIREMENT_MARKER, REQUIREMENTS
 
 __all__ = ["GUARD_TEST", "bind_overrides", "check_no_silent_opt_out"]
 

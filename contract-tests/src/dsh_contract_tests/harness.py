@@ -17,13 +17,14 @@ this test fails, naming the owning rule and the scenario it was seen in.
 from __future__ import annotations
 
 import contextlib
+import secrets as _secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import anyio
 import psutil
@@ -64,18 +65,56 @@ from dsh_contract_tests.watchdog import Hang, pending
 
 __all__ = [
     "HOLD_OWNER",
-    "OVERLAY_CREDENTIAL_NAME",
     "ContractHarness",
+    "CredentialedTests",
+    "ProviderTests",
     "describe_ready_file",
     "wait_ready_file",
 ]
 
-OVERLAY_CREDENTIAL_NAME = "CONTRACT_OVERLAY_API_KEY"
-"""Credential-shaped variable the kit layers explicitly (must reach the child)."""
 
-_KIT_OVERLAY = (ENV_READY_DIR, ENV_ERROR_TEXT, ENV_STDERR_TEXT, OVERLAY_CREDENTIAL_NAME)
-"""Overlay variables only the kit sets: a run's root process without them never got the
-configured ``env`` (the parent environment has none of them)."""
+class ProviderTests(Protocol):
+    """The provider's test class as a rule reads it (``self`` of a rule): the class
+    attributes and hook of :class:`~dsh_contract_tests.ProviderContract` a rule uses.
+
+    The rules sit below the base classes that bind them, so they name this shape and
+    never the base class itself. Read-only, so a subclass's narrower value fits
+    (``entry_point_name = "acme"``).
+    """
+
+    @property
+    def entry_point_name(self) -> str | None: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def secret_examples(self) -> int: ...
+    def loader_config(self, setup: ChildSetup) -> dict[str, Any]: ...
+
+
+class CredentialedTests(Protocol):
+    """The credentialed test class as its rule reads it (see :class:`ProviderTests`)."""
+
+    @property
+    def settle_timeout(self) -> float: ...
+
+
+_CHILD_PROTOCOL = (ENV_READY_DIR, ENV_ERROR_TEXT, ENV_STDERR_TEXT)
+"""The overlay variables a child reads by name (the child protocol's)."""
+
+
+def _overlay_credential_name() -> str:
+    """A credential-shaped variable name of its own for each harness: a provider cannot
+    pass this one through while dropping other explicitly layered credentials."""
+    return f"K{_secrets.token_hex(6).upper()}_API_KEY"
+
+
+def _failure_texts() -> tuple[str, str]:
+    """A ``fail`` child's raw error and stderr line, new for each setup (no provider can
+    recognise a kit run by them). The raw error is longer than the 4096-byte diagnostic
+    bound and made of 3-byte characters, so a truncation that splits one shows."""
+    cjk = "".join(chr(0x4E00 + _secrets.randbelow(0x5000)) for _ in range(1500))
+    return f"raw error {_secrets.token_hex(6)} {cjk}", f"stderr line {_secrets.token_hex(6)}"
+
 
 _EXEC_AGE = 0.1
 """Seconds after creation before a process's environment is read: by then it has exec'd
@@ -144,6 +183,8 @@ class ContractHarness:
             class (then a wait on the provider is bounded by :data:`KNOWN_HANG_BOUND`
             once ``lifecycle:calls-return`` is among them).
         own_failure: Called with a rule's id when that rule's own test fails here.
+        overlay_credential_name: The credential-shaped variable this harness layers
+            through the overlay (``env:overlay-reaches-child``); random for each harness.
     """
 
     factory: ProviderFactory
@@ -157,6 +198,7 @@ class ContractHarness:
     known_broken: Callable[[str], bool] = lambda rule_id: False
     own_failure: Callable[[str], None] = lambda rule_id: None
     watch: ProcessWatch = field(default_factory=ProcessWatch)
+    overlay_credential_name: str = field(default_factory=_overlay_credential_name, init=False)
     _count: int = 0
 
     def _dir(self, name: str) -> Path:
@@ -187,19 +229,21 @@ class ContractHarness:
             path.mkdir()
         # Inside the run's private HOME: a confined child (the default where the kernel
         # offers Landlock) reads and writes its HOME, and nothing else outside its cwd.
-        ready = home.home / "dsh-contract-ready"
+        # Names of their own: a fixed one in every HOME would tell a kit run.
+        ready = home.home / _secrets.token_hex(6)
         ready.mkdir()
-        scratch = home.home / "dsh-contract-scratch"
+        scratch = home.home / _secrets.token_hex(6)
         scratch.mkdir()
-        error_text = secrets.raw_error if secrets else "contract raw error " + "中" * 1500
-        stderr_text = secrets.stderr if secrets else "contract stderr line"
+        error_text, stderr_text = _failure_texts()
+        if secrets is not None:
+            error_text, stderr_text = secrets.raw_error, secrets.stderr
         env = home.env()
         if kit_variables:
             env |= {
                 ENV_READY_DIR: str(ready),
                 ENV_ERROR_TEXT: error_text,
                 ENV_STDERR_TEXT: stderr_text,
-                OVERLAY_CREDENTIAL_NAME: "overlay-" + uuid.uuid4().hex,
+                self.overlay_credential_name: "overlay-" + uuid.uuid4().hex,
             }
         return ChildSetup(
             env=env,
@@ -452,7 +496,8 @@ class ContractHarness:
                     argv = _one_line(" ".join(proc.cmdline()[:4]))
                 except psutil.Error:
                     continue
-                missing = [name for name in _KIT_OVERLAY if name not in environ]
+                kit = (*_CHILD_PROTOCOL, self.overlay_credential_name)
+                missing = [name for name in kit if name not in environ]
                 if not missing:
                     await anyio.sleep_forever()  # the child got the overlay
                 lacking[key] = (

@@ -15,23 +15,28 @@ were not selected are then listed as a partial run, which is never a full pass e
 Two halves meet here. The kit's rule wrapper (:func:`dsh_contract_tests.failures.bind_rule`)
 calls :func:`record` with what its rule did; the plugin feeds :class:`Ledger` with what
 pytest collected, selected and reported, and asks it for the account at the end. The
-plugin is auto-loaded in every project, so this module imports nothing of the kit.
+plugin is auto-loaded in every project, so this module imports only the manifest (data)
+of the kit: the base classes, which say which ids a class owes, sit floors above and are
+read through the :data:`ExpectedIds` callable the plugin hands in.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import pytest
 
+from dsh_contract_tests.manifest import REQUIREMENT_MARKER
+
 __all__ = [
     "KIT_BASES",
     "PARTIAL_OPTION",
     "ClassAccount",
+    "ExpectedIds",
     "Export",
     "Ledger",
     "NodeVerdict",
@@ -52,7 +57,9 @@ KIT_BASES: Final = ("ProviderContract", "CredentialedProviderContract")
 
 _KIT_MODULE: Final = "dsh_contract_tests.contract"
 _OVERRIDE: Final = "__dsh_override__"
-_REQUIREMENT_MARKER: Final = "dsh_requirement"
+
+ExpectedIds = Callable[[str], list[str]]
+"""The requirement ids the kit base class of a name in :data:`KIT_BASES` owes."""
 
 Outcome = Literal[
     "passed",
@@ -122,7 +129,7 @@ def expected_ids(base: type) -> list[str]:
     for name, func in vars(base).items():
         if name.startswith("test_") and callable(func):
             for mark in getattr(func, "pytestmark", []):
-                if mark.name == _REQUIREMENT_MARKER and mark.args[0] not in ids:
+                if mark.name == REQUIREMENT_MARKER and mark.args[0] not in ids:
                     ids.append(str(mark.args[0]))
     return ids
 
@@ -194,6 +201,7 @@ class Ledger:
     """What pytest collected, selected and reported for the provider test classes of one
     session, and what each kit rule did (see the module docstring)."""
 
+    expected: ExpectedIds
     partial_allowed: bool = False
     classes: dict[str, type] = field(default_factory=dict)
     items: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -212,7 +220,7 @@ class Ledger:
         cls = getattr(item, "cls", None)
         if kit_base(cls) is None:
             return
-        marker = item.get_closest_marker(_REQUIREMENT_MARKER)
+        marker = item.get_closest_marker(REQUIREMENT_MARKER)
         if marker is None or not marker.args:
             return
         parent = item.parent
@@ -305,7 +313,7 @@ class Ledger:
 
     def account(self) -> list[ClassAccount]:
         """Every provider test class's account, in collection order."""
-        return accounts(self.export(), partial_allowed=self.partial_allowed)
+        return accounts(self.export(), self.expected, partial_allowed=self.partial_allowed)
 
 
 NodeVerdict = dict[str, str | bool | None]
@@ -330,14 +338,12 @@ def merge(into: Export | None, other: Export) -> Export:
     return into
 
 
-def accounts(data: Export, *, partial_allowed: bool) -> list[ClassAccount]:
-    """Every provider test class's account from exported (or merged) data."""
-    from dsh_contract_tests.contract import CredentialedProviderContract, ProviderContract
-
-    bases = {b.__name__: b for b in (ProviderContract, CredentialedProviderContract)}
+def accounts(data: Export, expected: ExpectedIds, *, partial_allowed: bool) -> list[ClassAccount]:
+    """Every provider test class's account from exported (or merged) data; ``expected``
+    gives the ids each kit base owes (from the real base classes, never the data)."""
     out: list[ClassAccount] = []
     for class_id, base_name in data["classes"].items():
-        account = ClassAccount(class_id, expected_ids(bases[base_name]))
+        account = ClassAccount(class_id, expected(base_name))
         by_id: dict[str, list[NodeVerdict]] = {}
         for node in data["nodes"].values():
             if node["class"] == class_id:

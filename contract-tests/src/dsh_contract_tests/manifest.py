@@ -8,27 +8,27 @@ both directions: every id here has a test, and every test names an id listed her
 Each rule is explained, under a heading carrying its id, in ``docs/rules.md`` (the Rules
 page of the dsh-python documentation); :attr:`Requirement.doc` points there, and a test
 keeps that page and this manifest in agreement.
+
+This module is data, the bottom floor of the kit: it imports nothing of the kit. The
+decorator that ties a test to its id, :func:`~dsh_contract_tests.failures.requirement`,
+lives with the rule wrapper it applies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal
 
-import pytest
-
-from dsh_contract_tests.failures import bind_rule
-from dsh_contract_tests.plugin import REQUIREMENT_MARKER
-
-__all__ = ["REQUIREMENTS", "RULES_PAGE", "Requirement", "requirement"]
+__all__ = ["REQUIREMENTS", "REQUIREMENT_MARKER", "RULES_PAGE", "Requirement"]
 
 Tier = Literal["keyless", "loader", "credentialed"]
 
 RULES_PAGE: Final = "docs/rules.md"
 """Where every rule is explained: a page of the dsh-python repository and documentation."""
 
-_F = TypeVar("_F", bound=Callable[..., object])
+REQUIREMENT_MARKER: Final = "dsh_requirement"
+"""Marker naming the manifest requirement id a kit test proves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,21 +242,3 @@ _ALL: Final = (
 
 REQUIREMENTS: Final[Mapping[str, Requirement]] = {req.id: req for req in _ALL}
 """Every requirement id of the kit, in manifest order."""
-
-
-def requirement(req_id: str) -> Callable[[_F], _F]:
-    """Tie a kit test to its manifest id (and to the id's tier marker).
-
-    The test is wrapped so that however it fails, the failure starts with the id and the
-    rule sentence (:class:`~dsh_contract_tests.ContractViolation`).
-
-    Raises:
-        KeyError: ``req_id`` is not in :data:`REQUIREMENTS` (caught at import time).
-    """
-    req = REQUIREMENTS[req_id]
-
-    def mark(func: _F) -> _F:
-        marked = getattr(pytest.mark, REQUIREMENT_MARKER)(req.id)(bind_rule(req, func))
-        return getattr(pytest.mark, req.tier)(marked)  # type: ignore[no-any-return]
-
-    return mark

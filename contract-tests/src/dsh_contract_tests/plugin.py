@@ -19,6 +19,7 @@ from collections.abc import Generator
 import pytest
 
 from dsh_contract_tests import ledger
+from dsh_contract_tests.manifest import REQUIREMENT_MARKER
 
 __all__ = [
     "MARKERS",
@@ -29,9 +30,6 @@ __all__ = [
     "pytest_configure",
     "pytest_runtest_makereport",
 ]
-
-REQUIREMENT_MARKER = "dsh_requirement"
-"""Marker naming the manifest requirement id a kit test proves."""
 
 MARKERS: dict[str, str] = {
     "keyless": "drives a real product against a loopback model fixture",
@@ -132,8 +130,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
         verify_child.open_channel(channel)  # before any provider code is imported
     partial = bool(config.getoption(ledger.PARTIAL_OPTION, default=False))
-    accounting = _Accounting(ledger.Ledger(partial_allowed=partial), verify=channel is not None)
+    book = ledger.Ledger(_expected_ids, partial_allowed=partial)
+    accounting = _Accounting(book, verify=channel is not None)
     config.pluginmanager.register(accounting)
+
+
+def _expected_ids(base_name: str) -> list[str]:
+    """The ids the kit base class ``base_name`` owes, read from the real base classes.
+
+    Imported only when a session has a provider test class to account for: the plugin
+    loads in every project and must not pull in the rules there.
+    """
+    from dsh_contract_tests.contract import CredentialedProviderContract, ProviderContract
+
+    bases = {b.__name__: b for b in (ProviderContract, CredentialedProviderContract)}
+    return ledger.expected_ids(bases[base_name])
 
 
 class _Accounting:
@@ -191,7 +202,7 @@ class _Accounting:
             return
         if self.merged is not None:
             partial = self.book.partial_allowed
-            accounts = ledger.accounts(self.merged, partial_allowed=partial)
+            accounts = ledger.accounts(self.merged, _expected_ids, partial_allowed=partial)
         elif self.book.classes:
             accounts = self.book.account()
         else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from dsh_subagent import (
@@ -15,12 +15,8 @@ from dsh_subagent import (
     ToolFilter,
 )
 
-from dsh_contract_tests.failures import kit_skip
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
+from dsh_contract_tests.failures import kit_skip, requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 
 __all__ = [
     "test_out_of_process_declares_no_capability",
@@ -45,7 +41,7 @@ _GATED_FIELDS: dict[str, tuple[str, Any]] = {
 @pytest.mark.parametrize("flag", sorted(_GATED_FIELDS))
 @pytest.mark.anyio
 async def test_unsupported_capability_refused_before_start(
-    self: ProviderContract, contract: ContractHarness, flag: str
+    self: ProviderTests, contract: ContractHarness, flag: str
 ) -> None:
     """A request needing an undeclared capability never reaches ``start()``."""
     setup = contract.setup()
@@ -81,7 +77,7 @@ async def test_unsupported_capability_refused_before_start(
 @requirement("capability:out-of-process-declares-none")
 @pytest.mark.anyio
 async def test_out_of_process_declares_no_capability(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """A provider whose runs live in another process promises nothing it cannot keep."""
     setup = contract.setup()

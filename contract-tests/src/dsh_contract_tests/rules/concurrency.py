@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import anyio
 import pytest
 from dsh_subagent import ABORTED, COMPLETED, SubagentResult, SubagentStartRequest
 
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
+from dsh_contract_tests.failures import requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 
 __all__ = ["test_parallel_runs_settle_independently"]
 
@@ -20,7 +15,7 @@ __all__ = ["test_parallel_runs_settle_independently"]
 @requirement("concurrency:independent-runs")
 @pytest.mark.anyio
 async def test_parallel_runs_settle_independently(
-    self: ProviderContract, contract: ContractHarness, pytestconfig: pytest.Config
+    self: ProviderTests, contract: ContractHarness, pytestconfig: pytest.Config
 ) -> None:
     """Parallel runs on one instance: each gets its own answer; a cancel hits one."""
     setup = contract.setup()

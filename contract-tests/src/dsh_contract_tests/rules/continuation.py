@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from dsh_subagent import (
@@ -20,12 +20,8 @@ from dsh_subagent import (
 )
 
 from dsh_contract_tests.driver import ServiceDriver
-from dsh_contract_tests.failures import kit_skip
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
+from dsh_contract_tests.failures import kit_skip, requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 
 __all__ = [
     "test_continuation_flag_is_honest",
@@ -69,9 +65,7 @@ def _handle_of(result: SubagentResult, provider: SubagentProvider) -> Continuati
 
 @requirement("continuation:flag-honest")
 @pytest.mark.anyio
-async def test_continuation_flag_is_honest(
-    self: ProviderContract, contract: ContractHarness
-) -> None:
+async def test_continuation_flag_is_honest(self: ProviderTests, contract: ContractHarness) -> None:
     """A completed result carries a handle exactly when the flag is declared."""
     setup = contract.setup()
     provider = contract.provider(setup)
@@ -89,7 +83,7 @@ async def test_continuation_flag_is_honest(
 @requirement("continuation:sees-earlier-turn")
 @pytest.mark.anyio
 async def test_continued_run_sees_the_earlier_turn(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """The follow-up's ``recall`` child answers the first run's token."""
     setup = contract.setup()
@@ -123,7 +117,7 @@ async def test_continued_run_sees_the_earlier_turn(
 @requirement("continuation:refused")
 @pytest.mark.anyio
 async def test_foreign_or_stale_handle_is_refused(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """Another instance's handle and a session the product never had: the fixed refusal."""
     setup = contract.setup()

@@ -6,18 +6,13 @@ import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 from dsh_subagent import COMPLETED, ParentContext, SubagentProvider, SubagentStartRequest, TextBlock
 
-from dsh_contract_tests.failures import kit_skip
-from dsh_contract_tests.harness import ContractHarness, wait_ready_file
-from dsh_contract_tests.manifest import requirement
+from dsh_contract_tests.failures import kit_skip, requirement
+from dsh_contract_tests.harness import ContractHarness, CredentialedTests, wait_ready_file
 from dsh_contract_tests.scenario import ChildSetup
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import CredentialedProviderContract
 
 __all__ = ["test_real_service_returns_unique_answer"]
 
@@ -25,7 +20,7 @@ __all__ = ["test_real_service_returns_unique_answer"]
 @requirement("credentialed:unique-answer")
 @pytest.mark.anyio
 async def test_real_service_returns_unique_answer(
-    self: CredentialedProviderContract,
+    self: CredentialedTests,
     credentialed_factory: Callable[[str, ChildSetup], SubagentProvider],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

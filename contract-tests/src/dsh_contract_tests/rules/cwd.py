@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import anyio
 import pytest
 from dsh_subagent import SubagentError, SubagentErrorCode
 
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
+from dsh_contract_tests.failures import requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 from dsh_contract_tests.scenario import ChildSetup
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
 
 __all__ = [
     "test_child_runs_in_parent_session_cwd",
@@ -50,7 +46,7 @@ async def _root_cwds(contract: ContractHarness, setup: ChildSetup, cwd: Path) ->
 @requirement("cwd:parent-session")
 @pytest.mark.anyio
 async def test_child_runs_in_parent_session_cwd(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """The child's working directory is the parent session's, not the host's."""
     workspace = contract.workspace()
@@ -63,9 +59,7 @@ async def test_child_runs_in_parent_session_cwd(
 
 @requirement("cwd:override-wins")
 @pytest.mark.anyio
-async def test_configured_cwd_override_wins(
-    self: ProviderContract, contract: ContractHarness
-) -> None:
+async def test_configured_cwd_override_wins(self: ProviderTests, contract: ContractHarness) -> None:
     """A configured override beats the parent cwd; without one the key is refused."""
     setup = contract.setup(cwd_override=str(contract.workspace("override")))
     provider_cls = type(contract.provider(contract.setup()))
@@ -97,7 +91,7 @@ async def test_configured_cwd_override_wins(
 
 @requirement("cwd:missing-is-loud")
 @pytest.mark.anyio
-async def test_missing_cwd_fails_loudly(self: ProviderContract, contract: ContractHarness) -> None:
+async def test_missing_cwd_fails_loudly(self: ProviderTests, contract: ContractHarness) -> None:
     """No override and no parent cwd: a loud failure, never the host cwd."""
     contract.monkeypatch.chdir(contract.workspace("host-cwd-decoy"))
     provider = contract.provider(contract.setup())

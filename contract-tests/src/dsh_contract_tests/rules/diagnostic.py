@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -11,12 +10,9 @@ from dsh_subagent import ERROR, MAX_SUBAGENT_DIAGNOSTIC_BYTES, SubagentResult
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
+from dsh_contract_tests.failures import requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 from dsh_contract_tests.scenario import PlantedSecrets
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
 
 __all__ = [
     "PLANTED_VALUE_NAME",
@@ -64,7 +60,7 @@ async def _failed(contract: ContractHarness) -> SubagentResult:
 @requirement("diagnostic:fixed-line")
 @pytest.mark.anyio
 async def test_failure_diagnostic_is_the_fixed_line(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """The diagnostic starts with the fixed product failure line, fields in order."""
     result = await _failed(contract)
@@ -78,7 +74,7 @@ async def test_failure_diagnostic_is_the_fixed_line(
 
 @requirement("diagnostic:bounded")
 @pytest.mark.anyio
-async def test_diagnostic_is_bounded(self: ProviderContract, contract: ContractHarness) -> None:
+async def test_diagnostic_is_bounded(self: ProviderTests, contract: ContractHarness) -> None:
     """At most 4096 UTF-8 bytes, even when the raw product error is far longer."""
     result = await _failed(contract)
     assert result.diagnostic is not None, "the failed run carries no diagnostic"
@@ -94,7 +90,7 @@ async def test_diagnostic_is_bounded(self: ProviderContract, contract: ContractH
 
 @requirement("diagnostic:no-planted-secret")
 def test_no_planted_secret_leaks(
-    self: ProviderContract,
+    self: ProviderTests,
     contract: ContractHarness,
     anyio_backend: str,
     pytestconfig: pytest.Config,

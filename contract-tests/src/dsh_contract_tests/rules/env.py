@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
 
 import pytest
 
-from dsh_contract_tests.harness import OVERLAY_CREDENTIAL_NAME, ContractHarness
-from dsh_contract_tests.manifest import requirement
+from dsh_contract_tests.failures import requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 from dsh_contract_tests.processes import spawns
 from dsh_contract_tests.scenario import ENV_READY_DIR, ChildSetup
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
 
 __all__ = [
     "PLANTED_CREDENTIAL_NAME",
@@ -70,7 +66,7 @@ async def _plain_envs(contract: ContractHarness) -> list[tuple[str, dict[str, st
 @requirement("env:credential-scrubbed")
 @pytest.mark.anyio
 async def test_parent_credential_does_not_reach_child(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """A credential in the parent environment reaches no process of the run's tree, with
     the kit's overlay and without it (a run without it looks like any other)."""
@@ -93,7 +89,7 @@ async def test_parent_credential_does_not_reach_child(
 @requirement("env:overlay-reaches-child")
 @pytest.mark.anyio
 async def test_explicit_overlay_reaches_child(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """A credential layered explicitly through the provider's env reaches the child.
 
@@ -112,13 +108,14 @@ async def test_explicit_overlay_reaches_child(
             f"process(es) {listed} have no {ENV_READY_DIR}={setup.ready_dir} in their "
             "environment (it was layered through the provider's env configuration)"
         )
+    name = contract.overlay_credential_name
     for process, env in own:
-        assert env.get(OVERLAY_CREDENTIAL_NAME) == setup.env[OVERLAY_CREDENTIAL_NAME], (
+        assert env.get(name) == setup.env[name], (
             f"the run's child process {process} "
             + (
-                f"has no {OVERLAY_CREDENTIAL_NAME} in its environment"
-                if OVERLAY_CREDENTIAL_NAME not in env
-                else f"has another value of {OVERLAY_CREDENTIAL_NAME} than the configured one"
+                f"has no {name} in its environment"
+                if name not in env
+                else f"has another value of {name} than the configured one"
             )
             + " (it was layered through the provider's env configuration)"
         )

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pytest
 from dsh_subagent import SubagentError, SubagentResult
 
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
+from dsh_contract_tests.failures import requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 
 __all__ = ["test_every_call_returns_in_time", "test_lifecycle_events_are_paired"]
 
 
 @requirement("lifecycle:paired")
 @pytest.mark.anyio
-async def test_lifecycle_events_are_paired(
-    self: ProviderContract, contract: ContractHarness
-) -> None:
+async def test_lifecycle_events_are_paired(self: ProviderTests, contract: ContractHarness) -> None:
     """One start and one end per published run, same run id; none for a refusal."""
     provider = contract.provider(contract.setup())
     ok, _, _ = contract.request("complete", cwd=contract.workspace())
@@ -72,9 +65,7 @@ async def test_lifecycle_events_are_paired(
 
 @requirement("lifecycle:calls-return")
 @pytest.mark.anyio
-async def test_every_call_returns_in_time(
-    self: ProviderContract, contract: ContractHarness
-) -> None:
+async def test_every_call_returns_in_time(self: ProviderTests, contract: ContractHarness) -> None:
     """start(), dispose() and result() of a working run, then of a completing and a
     failing run, and the service's exit, each return within the settle timeout.
 

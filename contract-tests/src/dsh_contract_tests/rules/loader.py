@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import inspect
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dsh_subagent import SubagentProvider
 
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
+from dsh_contract_tests.failures import requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 
 __all__ = ["test_entry_point_loads_without_starting"]
 
 
 @requirement("loader:entry-point-starts-nothing")
-def test_entry_point_loads_without_starting(
-    self: ProviderContract, contract: ContractHarness
-) -> None:
+def test_entry_point_loads_without_starting(self: ProviderTests, contract: ContractHarness) -> None:
     """The entry point resolves, the Config validates, construction starts nothing."""
     name = self.entry_point_name
     assert name, (

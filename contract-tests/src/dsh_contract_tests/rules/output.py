@@ -10,7 +10,7 @@ and the ``complete`` / ``misshapen`` directives.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from dsh_subagent import (
@@ -24,13 +24,9 @@ from dsh_subagent import (
 )
 
 from dsh_contract_tests.driver import ServiceDriver
-from dsh_contract_tests.failures import kit_skip
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
+from dsh_contract_tests.failures import kit_skip, requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 from dsh_contract_tests.scenario import OUTPUT_SCHEMA, Behaviour, structured_answer
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
 
 __all__ = [
     "test_conforming_answer_yields_the_object",
@@ -76,7 +72,7 @@ async def _refused(
 @requirement("output:refused-before-start")
 @pytest.mark.anyio
 async def test_output_schema_refused_before_start(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """Nothing starts for a schema the provider cannot take, or that is not object-rooted."""
     setup = contract.setup()
@@ -95,7 +91,7 @@ async def test_output_schema_refused_before_start(
 
 @requirement("output:flag-honest")
 @pytest.mark.anyio
-async def test_output_flag_is_honest(self: ProviderContract, contract: ContractHarness) -> None:
+async def test_output_flag_is_honest(self: ProviderTests, contract: ContractHarness) -> None:
     """The schema reaches the product: only a run that carries it is answered in its form."""
     setup = contract.setup()
     provider = contract.provider(setup)
@@ -122,7 +118,7 @@ async def test_output_flag_is_honest(self: ProviderContract, contract: ContractH
 @requirement("output:conforming-yields-object")
 @pytest.mark.anyio
 async def test_conforming_answer_yields_the_object(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """A conforming answer completes with the validated object and keeps its text."""
     setup = contract.setup()
@@ -144,7 +140,7 @@ async def test_conforming_answer_yields_the_object(
 @requirement("output:nonconforming-fails")
 @pytest.mark.anyio
 async def test_nonconforming_answer_fails_with_the_fixed_category(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """A non-conforming answer is ``error`` with ``output-invalid``, never a value."""
     setup = contract.setup()

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import anyio
 import pytest
 from dsh_subagent import ABORTED
 
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
+from dsh_contract_tests.failures import requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 from dsh_contract_tests.rules.settlement import (
     cancel_after_completion,
     cancel_during_start,
     cancel_mid_run,
 )
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
 
 __all__ = [
     "test_cancel_at_any_phase_leaves_no_process",
@@ -28,7 +23,7 @@ __all__ = [
 
 @requirement("quiescence:after-dispose")
 @pytest.mark.anyio
-async def test_dispose_leaves_no_process(self: ProviderContract, contract: ContractHarness) -> None:
+async def test_dispose_leaves_no_process(self: ProviderTests, contract: ContractHarness) -> None:
     """When dispose() returns, the whole tree has exited."""
     setup = contract.setup()
     provider = contract.provider(setup)
@@ -47,7 +42,7 @@ async def test_dispose_leaves_no_process(self: ProviderContract, contract: Contr
 @pytest.mark.parametrize("phase", ["before-start", "during-start", "mid-run", "after-completion"])
 @pytest.mark.anyio
 async def test_cancel_at_any_phase_leaves_no_process(
-    self: ProviderContract, contract: ContractHarness, phase: str
+    self: ProviderTests, contract: ContractHarness, phase: str
 ) -> None:
     """Cancellation at every phase, then dispose: nothing of the tree survives.
 
@@ -77,7 +72,7 @@ async def test_cancel_at_any_phase_leaves_no_process(
 @requirement("quiescence:dispose-idempotent")
 @pytest.mark.anyio
 async def test_concurrent_and_repeated_dispose(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """Concurrent disposes share one teardown; a later dispose is a no-op."""
     setup = contract.setup()

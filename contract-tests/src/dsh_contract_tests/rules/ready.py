@@ -14,7 +14,7 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import pytest
@@ -29,12 +29,8 @@ from dsh_subagent import (
 )
 
 from dsh_contract_tests.driver import ServiceDriver, SpyProvider
-from dsh_contract_tests.failures import kit_skip
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
+from dsh_contract_tests.failures import kit_skip, requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 
 __all__ = [
     "test_a_ready_delegation_is_indistinguishable_from_a_cold_one",
@@ -103,7 +99,7 @@ async def _complete(
 @requirement("ready:one-delegation-per-product")
 @pytest.mark.anyio
 async def test_a_ready_product_serves_one_delegation(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """Two delegations on a pool of one: each claims a different product, whose whole
     tree has ended once its run is disposed."""
@@ -133,7 +129,7 @@ async def test_a_ready_product_serves_one_delegation(
 @requirement("ready:indistinguishable")
 @pytest.mark.anyio
 async def test_a_ready_delegation_is_indistinguishable_from_a_cold_one(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """The same request on a cold and on a ready instance: same stop reason, diagnostic,
     usage presence and progress kinds."""
@@ -158,7 +154,7 @@ async def test_a_ready_delegation_is_indistinguishable_from_a_cold_one(
 @requirement("ready:never-fails-a-delegation")
 @pytest.mark.anyio
 async def test_a_ready_product_dead_while_idle_never_fails_a_delegation(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """The ready product is killed while idle; the next delegation completes cold."""
     provider = _with_warm(contract.provider(contract.setup()), 1)
@@ -177,7 +173,7 @@ async def test_a_ready_product_dead_while_idle_never_fails_a_delegation(
 @requirement("ready:close-leaves-nothing")
 @pytest.mark.anyio
 async def test_closing_the_service_leaves_no_ready_product(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """Two products ready, no delegation: the service's exit ends both trees."""
     provider = _with_warm(contract.provider(contract.setup()), 2)

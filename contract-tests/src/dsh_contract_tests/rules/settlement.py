@@ -7,7 +7,7 @@ same scenarios and then check that nothing of the tree survived.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import pytest
@@ -21,13 +21,9 @@ from dsh_subagent import (
 )
 
 from dsh_contract_tests.driver import ServiceDriver
-from dsh_contract_tests.failures import KitTimeout, render_error
-from dsh_contract_tests.harness import ContractHarness
-from dsh_contract_tests.manifest import requirement
+from dsh_contract_tests.failures import KitTimeout, render_error, requirement
+from dsh_contract_tests.harness import ContractHarness, ProviderTests
 from dsh_contract_tests.scenario import Directive
-
-if TYPE_CHECKING:
-    from dsh_contract_tests.contract import ProviderContract
 
 __all__ = [
     "cancel_after_completion",
@@ -55,7 +51,7 @@ def _described(result: SubagentResult) -> str:
 @requirement("settlement:completed")
 @pytest.mark.anyio
 async def test_completed_run_carries_answer_and_no_diagnostic(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """A child that answers settles completed with exactly that answer."""
     provider = contract.provider(contract.setup())
@@ -79,7 +75,7 @@ async def test_completed_run_carries_answer_and_no_diagnostic(
 @requirement("settlement:result-never-raises")
 @pytest.mark.anyio
 async def test_failing_child_settles_as_a_result(
-    self: ProviderContract, contract: ContractHarness
+    self: ProviderTests, contract: ContractHarness
 ) -> None:
     """A published run's failure arrives as an ``error`` result, never an exception."""
     provider = contract.provider(contract.setup())
@@ -98,7 +94,7 @@ async def test_failing_child_settles_as_a_result(
 
 @requirement("settlement:cancel-before-start")
 @pytest.mark.anyio
-async def test_cancel_before_start(self: ProviderContract, contract: ContractHarness) -> None:
+async def test_cancel_before_start(self: ProviderTests, contract: ContractHarness) -> None:
     """An already-aborted request raises ``StartCancelledError``, publishes nothing and
     leaves nothing running."""
     provider = contract.provider(contract.setup())
@@ -158,7 +154,7 @@ async def cancel_during_start(
 
 @requirement("settlement:cancel-during-start")
 @pytest.mark.anyio
-async def test_cancel_during_start(self: ProviderContract, contract: ContractHarness) -> None:
+async def test_cancel_during_start(self: ProviderTests, contract: ContractHarness) -> None:
     """Cancelling while start() works: rollback without events, or ``aborted``."""
     run, result, svc, error = await cancel_during_start(contract)
     if run is None:
@@ -198,7 +194,7 @@ async def cancel_mid_run(contract: ContractHarness) -> SubagentResult:
 
 @requirement("settlement:cancel-mid-run")
 @pytest.mark.anyio
-async def test_cancel_mid_run(self: ProviderContract, contract: ContractHarness) -> None:
+async def test_cancel_mid_run(self: ProviderTests, contract: ContractHarness) -> None:
     """Cancelling a working run settles ``aborted`` with no diagnostic."""
     result = await cancel_mid_run(contract)
     assert result.stop_reason == ABORTED, (
@@ -227,7 +223,7 @@ async def cancel_after_completion(
 
 @requirement("settlement:cancel-after-completion")
 @pytest.mark.anyio
-async def test_cancel_after_completion(self: ProviderContract, contract: ContractHarness) -> None:
+async def test_cancel_after_completion(self: ProviderTests, contract: ContractHarness) -> None:
     """A late cancellation does not rewrite a settled result."""
     before, after, directive = await cancel_after_completion(contract)
     if before.stop_reason != COMPLETED or before.text.strip() != directive.token:
