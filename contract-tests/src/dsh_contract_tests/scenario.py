@@ -60,7 +60,9 @@ __all__ = [
 Behaviour = Literal["complete", "fail", "hold", "recall", "misshapen", "reach"]
 
 DIRECTIVE_PREFIX = "dsh-contract/1"
-_DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold|recall|misshapen|reach) (T-[0-9a-f]{6,32})")
+_DIRECTIVE = re.compile(
+    r"dsh-contract/1 (complete|fail|hold|recall|misshapen|reach) (T-[0-9a-f]{6,32})"
+)
 
 ENV_READY_DIR = "DSH_CONTRACT_READY_DIR"
 """Overlay variable: directory where a holding child creates a file named by its token."""

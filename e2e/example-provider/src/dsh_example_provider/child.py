@@ -78,7 +78,7 @@ def _reach(task: str, token: str) -> str:
     if found is None:
         return token
     command = base64.urlsafe_b64decode(found.group(1)).decode("utf-8")
-    done = subprocess.run(  # noqa: TID251 - this program plays the product's shell tool
+    done = subprocess.run(
         ["/bin/sh", "-c", command],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
