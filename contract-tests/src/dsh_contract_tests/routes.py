@@ -55,7 +55,7 @@ SHELL_CALLS = ("exec_command", "shell_command", "shell")
 
 
 def _shell_call(command: str) -> responses.FunctionCall:
-    arguments = {
+    arguments: dict[str, dict[str, object]] = {
         "exec_command": {"cmd": command},
         "shell_command": {"command": command},
         "shell": {"command": ["sh", "-c", command]},
