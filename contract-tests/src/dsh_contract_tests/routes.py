@@ -185,6 +185,11 @@ class LoopbackDirectiveRoute:
     ``fail_status`` (default 500) is the status of a ``fail`` answer: a product that
     retries server errors with a long backoff and no setting to stop it can be failed
     with a status it does not retry (e.g. 400).
+
+    ``reach`` is answered with the bare token: these wires do not script the shell call
+    yet (each agent names its shell tool and returns its output its own way), so the
+    ``confinement`` reach rules fail for a product behind them, saying the attempt was
+    never reported; they never hang.
     """
 
     def __init__(self, fail_status: int = 500) -> None:
@@ -195,7 +200,7 @@ class LoopbackDirectiveRoute:
         directive = find_directive(json.dumps(request.body, ensure_ascii=False))
         if directive is None:
             return loopback.TextAnswer("ok")
-        if directive.behaviour in {"complete", "misshapen"}:
+        if directive.behaviour in {"complete", "misshapen", "reach"}:
             return loopback.TextAnswer(directive.token)
         if directive.behaviour == "fail":
             return loopback.HttpError(self.fail_status, self.error_text)
