@@ -9,20 +9,25 @@ on purpose.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
 from dsh_example_provider import ExampleConfig, ExampleProvider
 from dsh_subagent import (
     CancelController,
+    ConfinementSetting,
     Launch,
     ProductChild,
+    ProductReach,
     ResolvedSubagentStartRequest,
     SubagentCapabilities,
+    SubagentProvider,
     SubagentResult,
     SubagentRun,
 )
@@ -250,7 +255,54 @@ class IgnoresHold(ExampleProvider):
         return Launch(argv=(sys.executable, "-c", _NEVER_HOLDS_CHILD))
 
 
-BROKEN: dict[str, type[ExampleProvider]] = {
+_OFF = ConfinementSetting(mode="off")
+
+
+class ConfinementOff(ExampleProvider):
+    """Its instances run with confinement ``off``, whatever they were configured with."""
+
+    def __init__(self, config: ExampleConfig) -> None:
+        super().__init__(config.model_copy(update={"confinement": _OFF}))
+
+
+class NotConfinable(SubagentProvider):
+    """Starts its product another way than through dsh-subprocess's confinement: here, a
+    provider of its own that runs an unconfined example provider (not a
+    ``ProductProvider``, so dsh has no policy for it)."""
+
+    def __init__(self, config: ExampleConfig) -> None:
+        self._product = ConfinementOff(config)
+
+    @property
+    def name(self) -> str:
+        return self._product.name
+
+    @property
+    def capabilities(self) -> SubagentCapabilities:
+        return self._product.capabilities
+
+    @property
+    def inherits_parent_context(self) -> bool:
+        return self._product.inherits_parent_context
+
+    async def start(self, request: ResolvedSubagentStartRequest) -> SubagentRun:
+        return await self._product.start(request)
+
+
+class GrantsHostHome(ExampleProvider):
+    """Confined, but grants its product the host's ``HOME`` to read (one path too many)."""
+
+    def confinement_reach(
+        self, launch: Launch, env: Mapping[str, str | None], cwd: str
+    ) -> ProductReach:
+        reach = super().confinement_reach(launch, env, cwd)
+        return dataclasses.replace(reach, read=(*reach.read, os.environ["HOME"]))
+
+
+BROKEN: dict[str, type[SubagentProvider]] = {
+    "ConfinementOff": ConfinementOff,
+    "GrantsHostHome": GrantsHostHome,
+    "NotConfinable": NotConfinable,
     "DisposeHangs": DisposeHangs,
     "DisposeHangsShielded": DisposeHangsShielded,
     "DropsOverlay": DropsOverlay,

@@ -96,6 +96,12 @@ _HOLDS = (
 )
 """Every kit test that waits for a hold point."""
 
+_CONFINEMENT = (
+    "test_runs_are_confined or test_read_beyond_its_reach_is_refused"
+    " or test_write_beyond_its_reach_is_refused or test_reach_beyond_its_ports_is_refused"
+)
+"""Every kit test of the ``confinement`` area."""
+
 CASES = {
     "hold directive ignored": Case(
         # One breakage of the child protocol: every test that waits for a hold point meets
@@ -106,6 +112,31 @@ CASES = {
         "settlement:cancel-mid-run",
         "Observed: the hold run settled completed (no diagnostic) before it reached its hold point",
         consequences=9,
+    ),
+    "not confinable": Case(
+        # NOT confined is a failure of its own rule, never a pass; the reach rules, each
+        # unable to prove anything, end as its consequences.
+        "NotConfinable",
+        _CONFINEMENT,
+        "test_runs_are_confined",
+        "confinement:applied",
+        "Observed: NOT confined: NotConfinable does not spawn its product through dsh-subprocess",
+        consequences=3,
+    ),
+    "confinement off": Case(
+        "ConfinementOff",
+        _CONFINEMENT,
+        "test_runs_are_confined",
+        "confinement:applied",
+        "Observed: NOT confined: the instance's confinement mode is off",
+        consequences=3,
+    ),
+    "host home readable": Case(
+        "GrantsHostHome",
+        _CONFINEMENT,
+        "test_read_beyond_its_reach_is_refused",
+        "confinement:reads-only-its-reach",
+        "Observed: the product read the key planted at ",
     ),
     "override with neither xfail nor the base rule": Case(
         # The guard fails for it; the override's own test is its consequence, not a second

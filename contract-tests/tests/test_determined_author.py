@@ -115,14 +115,14 @@ CASES = {
         _module("AcmeAgentProvider", prelude="\npytestmark = pytest.mark.skip('later')\n"),
         (),
         1,
-        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 35 of 35 rules "
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 39 of 39 rules "
         "did not run. skipped before it ran: later: kit:no-silent-opt-out, ",
     ),
     "xfail mark on the class hides a leak": Case(
         _module("LeaksRawError", body="    pytestmark = pytest.mark.xfail(reason='flaky')\n"),
         ("-k", "test_no_planted_secret_leaks", _PARTIAL),
         1,
-        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 35 rules "
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 39 rules "
         "did not run. its failure was hidden by an xfail that is not the documented opt-out: "
         "flaky: diagnostic:no-planted-secret",
     ),
@@ -130,7 +130,7 @@ CASES = {
         _module("AcmeAgentProvider"),
         ("-k", "test_completed_run or test_cancel_before_start", _PARTIAL),
         1,
-        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 35 rules "
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 39 rules "
         "did not run. removed from the run by a collection hook: settlement:completed",
         conftest=(
             "def pytest_collection_modifyitems(items):\n"
@@ -141,7 +141,7 @@ CASES = {
         _module("AcmeAgentProvider"),
         ("-k", "test_completed_run"),
         1,
-        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 34 of 35 rules "
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 38 of 39 rules "
         "did not run. deselected (-k, -m or a hook): kit:no-silent-opt-out, ",
     ),
     "dispose hangs inside a shielded scope": Case(
@@ -255,7 +255,7 @@ def test_sigint_ends_a_run_stuck_in_a_shielded_dispose_and_nothing_survives(
     assert re.search(r"KeyboardInterrupt|Interrupted", out), out
     # The interrupted account, and no rule blamed for the interrupt.
     account = (
-        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 35 rules did "
+        "dsh-contract FAILED tests/test_contract.py::TestAcmeAgentContract: 1 of 39 rules did "
         "not run. not reached: the session ended before it: quiescence:after-dispose"
     )
     assert account in out.splitlines(), out

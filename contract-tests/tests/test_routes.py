@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from dsh_contract_tests import MessagesDirectiveRoute, ResponsesDirectiveRoute
 from dsh_contract_tests.fixtures import messages, responses
+from dsh_contract_tests.reach import RELAY_LIMIT, command_line, find_command
 
 
 def _responses_request(text: str) -> responses.RecordedRequest:
@@ -96,3 +98,73 @@ def test_messages_route_calls_the_structured_output_tool_then_ends_the_turn() ->
     assert route(_messages_request("dsh-contract/1 misshapen T-00aa11")) == messages.TextAnswer(
         "T-00aa11"
     )
+
+
+# -- reach: the confinement rules' command ------------------------------------------------
+
+_REACH_COMMAND = "cat '/home/user/.ssh/id_ed25519'; echo \"done\""
+_REACH_TASK = f"dsh-contract/1 reach T-00aa11\nContract task. {command_line(_REACH_COMMAND)}"
+
+
+def test_the_reach_command_survives_a_json_body_and_is_not_in_the_task_verbatim() -> None:
+    body = json.dumps({"input": _REACH_TASK})
+    assert find_command(body) == _REACH_COMMAND
+    assert "id_ed25519" not in _REACH_TASK
+    assert find_command("dsh-contract/1 command !!!") is None
+
+
+def test_responses_route_calls_the_shell_tool_then_relays_its_output() -> None:
+    route = ResponsesDirectiveRoute()
+    first = _responses_request(_REACH_TASK)
+    first.body["tools"] = [{"type": "function", "name": "exec_command"}]
+    first = responses.RecordedRequest(
+        "POST", "/v1/responses", {}, json.dumps(first.body).encode(), first.body
+    )
+    call = route(first)
+    assert isinstance(call, responses.FunctionCall)
+    assert ("exec_command", {"cmd": _REACH_COMMAND}) in call.candidates
+    body = {
+        **first.body,
+        "input": [
+            *first.body["input"],
+            {"type": "function_call_output", "call_id": call.call_id, "output": "denied"},
+        ],
+    }
+    after = responses.RecordedRequest("POST", "/v1/responses", {}, json.dumps(body).encode(), body)
+    assert route(after) == responses.PlainAnswer("T-00aa11\ndenied", phase="final_answer")
+
+
+def test_responses_route_answers_a_side_request_without_a_shell_tool_with_the_token() -> None:
+    answer = ResponsesDirectiveRoute()(_responses_request(_REACH_TASK))
+    assert answer == responses.PlainAnswer("T-00aa11", phase="final_answer")
+
+
+def test_messages_route_calls_bash_then_relays_its_output() -> None:
+    route = MessagesDirectiveRoute()
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": _REACH_TASK}],
+        "tools": [{"name": "Bash"}],
+    }
+    first = messages.RecordedRequest(
+        "POST", "/v1/messages", "", {}, body, json.dumps(body).encode()
+    )
+    assert route(first) == messages.ToolUse("Bash", {"command": _REACH_COMMAND}, "toolu_dsh_reach")
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_dsh_reach",
+        "content": [{"type": "text", "text": "x" * 3000 + "denied"}],
+    }
+    body = {**body, "messages": [*body["messages"], {"role": "user", "content": [result]}]}
+    after = messages.RecordedRequest(
+        "POST", "/v1/messages", "", {}, body, json.dumps(body).encode()
+    )
+    answer = route(after)
+    assert isinstance(answer, messages.TextAnswer)
+    assert answer.text.startswith("T-00aa11\nxx")
+    assert answer.text.endswith("denied")
+    assert len(answer.text) == len("T-00aa11\n") + RELAY_LIMIT  # bounded: the end is kept
+    side = {"messages": [{"role": "user", "content": _REACH_TASK}]}
+    side_request = messages.RecordedRequest(
+        "POST", "/v1/messages", "", {}, side, json.dumps(side).encode()
+    )
+    assert route(side_request) == messages.TextAnswer("T-00aa11")

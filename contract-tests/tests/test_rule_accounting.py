@@ -70,7 +70,7 @@ def test_a_skip_mark_on_the_class_fails_the_run_naming_every_rule(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     (line,) = lines
     assert line.startswith(
-        "dsh-contract FAILED test_accounted.py::TestAccounted: 35 of 35 rules did not run. "
+        "dsh-contract FAILED test_accounted.py::TestAccounted: 39 of 39 rules did not run. "
         "skipped before it ran: not today: kit:no-silent-opt-out, "
         "capability:refused-before-start, "
     ), line
@@ -94,7 +94,7 @@ def test_an_xfail_mark_on_the_class_cannot_hide_a_broken_rule(
     failed = [ln for ln in lines if ln.startswith("dsh-contract FAILED")]
     (line,) = failed
     assert line.startswith(
-        "dsh-contract FAILED test_accounted.py::TestAccounted: 1 of 35 rules did not run. "
+        "dsh-contract FAILED test_accounted.py::TestAccounted: 1 of 39 rules did not run. "
         "its failure was hidden by an xfail that is not the documented opt-out: flaky: "
         "diagnostic:no-planted-secret"
     ), line
@@ -111,7 +111,7 @@ def test_a_hook_that_removes_a_rules_test_fails_the_run(pytester: pytest.Pyteste
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     (failed,) = [ln for ln in lines if ln.startswith("dsh-contract FAILED")]
     assert failed == (
-        "dsh-contract FAILED test_accounted.py::TestAccounted: 1 of 35 rules did not run. "
+        "dsh-contract FAILED test_accounted.py::TestAccounted: 1 of 39 rules did not run. "
         "removed from the run by a collection hook: settlement:completed"
     )
 
@@ -122,7 +122,7 @@ def test_a_selection_without_the_partial_option_fails_the_run(pytester: pytest.P
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     (line,) = lines
     assert line.startswith(
-        "dsh-contract FAILED test_accounted.py::TestAccounted: 34 of 35 rules did not run. "
+        "dsh-contract FAILED test_accounted.py::TestAccounted: 38 of 39 rules did not run. "
         "deselected (-k, -m or a hook): kit:no-silent-opt-out, "
         "capability:refused-before-start, "
     ), line
@@ -135,7 +135,7 @@ def test_a_partial_run_on_purpose_says_so_and_is_not_a_pass(pytester: pytest.Pyt
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     (line,) = lines
     assert line.startswith(
-        "dsh-contract PARTIAL test_accounted.py::TestAccounted: 34 of 35 rules not selected "
+        "dsh-contract PARTIAL test_accounted.py::TestAccounted: 38 of 39 rules not selected "
         "(--dsh-partial), not a full pass. deselected (-k, -m or a hook): "
     ), line
 

@@ -86,7 +86,7 @@ def test_under_xdist_the_workers_accounts_are_merged_on_the_controller(
     out = "\n".join(_lines(result))
     assert result.ret == pytest.ExitCode.TESTS_FAILED, out
     expected = (
-        "dsh-contract FAILED test_refused.py::TestRefused: 35 of 35 rules did not run. "
+        "dsh-contract FAILED test_refused.py::TestRefused: 39 of 39 rules did not run. "
         "skipped before it ran: later: kit:no-silent-opt-out, "
     )
     first = next(ln for ln in _lines(result) if ln.startswith("dsh-contract "))
@@ -101,8 +101,8 @@ def test_under_xdist_a_whole_kit_run_split_over_two_workers_is_one_full_account(
     out = "\n".join(_lines(result))
     assert result.ret == pytest.ExitCode.OK, out
     lines = [ln for ln in _lines(result) if ln.startswith("dsh-contract ")]
-    assert lines == ["dsh-contract test_refused.py::TestRefused: every one of its 35 rules ran"]
-    assert "2 workers [43 items]" in out, out  # the rules were split over two workers
+    assert lines == ["dsh-contract test_refused.py::TestRefused: every one of its 39 rules ran"]
+    assert "2 workers [47 items]" in out, out  # the rules were split over two workers
 
 
 def test_a_settle_timeout_above_the_cap_is_refused_naming_it(pytester: pytest.Pytester) -> None:
@@ -154,7 +154,7 @@ def test_the_kits_own_skip_called_by_the_factory_is_no_kit_skip(
     out = "\n".join(_lines(result))
     assert result.ret == pytest.ExitCode.TESTS_FAILED, out
     expected = (
-        "dsh-contract FAILED test_refused.py::TestRefused: 1 of 35 rules did not run. skipped "
+        "dsh-contract FAILED test_refused.py::TestRefused: 1 of 39 rules did not run. skipped "
         "from inside the rule by code that is not the kit's: declared: settlement:completed"
     )
     assert expected in _lines(result), out

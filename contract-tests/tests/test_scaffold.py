@@ -128,12 +128,12 @@ def test_the_unmodified_scaffold_passes_the_kit_from_wheels_in_a_fresh_venv(
     # opt-in rules skip (the unmodified scaffold declares no continuation, two, and no
     # output_schema, three, and offers no ready starts, four).
     account = (
-        "dsh-contract tests/test_contract.py::TestAcmeAgentContract: every one of its 35 rules ran"
+        "dsh-contract tests/test_contract.py::TestAcmeAgentContract: every one of its 39 rules ran"
     )
     assert account in ran.stdout.splitlines(), ran.stdout  # the line the kit README shows
     match = re.fullmatch(r"(\d+) passed, 9 skipped in [\d.]+s( \(.*\))?", summary)
     assert match is not None, summary
-    assert int(match.group(1)) == 34, summary
+    assert int(match.group(1)) == 38, summary
     from_wheels = {"dsh-subprocess", "dsh-subagent", "dsh-contract-tests", "acme-agent"}
     assert install_problems(root / ".venv" / "bin" / "python", from_wheels) == []
     assert (

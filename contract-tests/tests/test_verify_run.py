@@ -375,7 +375,7 @@ def test_the_scaffold_passes_every_rule_and_the_report_names_each(project: Path)
     assert verdict.status == 0, out
     assert verdict.lines[-1] == (
         "dsh-contract verify PASSED acme-agent (acme-agent 0.1.0, dsh-contract-tests 0.1.0): "
-        "all 35 rules ran, 9 skipped by the kit"
+        "all 39 rules ran, 9 skipped by the kit"
     ), out
     assert verdict.report is not None
     assert sorted(r["id"] for r in verdict.report["rules"]) == _KIT_IDS

@@ -81,19 +81,42 @@ class _AgentContract(ProviderContract):
         return {"command": command, "args": list(args), "env": {**profile.env, **setup.env}}
 
 
+_NO_SHELL_CALL = (
+    "the kit's Chat Completions and Gemini routes do not script a shell call yet, so the "
+    "agent is never asked to reach beyond its work (docs/rules.md#confinement-applied)"
+)
+
+
+class _NoShellCallContract(_AgentContract):
+    """An agent behind a Chat Completions or Gemini fixture: the reach rules cannot ask it
+    to run a command yet, so they fail, and are opted out of, visibly."""
+
+    @pytest.mark.xfail(strict=True, reason=_NO_SHELL_CALL)
+    async def test_read_beyond_its_reach_is_refused(self, contract: ContractHarness) -> None:
+        await super().test_read_beyond_its_reach_is_refused(contract)
+
+    @pytest.mark.xfail(strict=True, reason=_NO_SHELL_CALL)
+    async def test_write_beyond_its_reach_is_refused(self, contract: ContractHarness) -> None:
+        await super().test_write_beyond_its_reach_is_refused(contract)
+
+    @pytest.mark.xfail(strict=True, reason=_NO_SHELL_CALL)
+    async def test_reach_beyond_its_ports_is_refused(self, contract: ContractHarness) -> None:
+        await super().test_reach_beyond_its_ports_is_refused(contract)
+
+
 class TestClaudeAgentAcpContract(_AgentContract):
     agent = "claude-agent-acp"
 
 
-class TestGeminiCliContract(_AgentContract):
+class TestGeminiCliContract(_NoShellCallContract):
     agent = "gemini-cli"
 
 
-class TestQwenCodeContract(_AgentContract):
+class TestQwenCodeContract(_NoShellCallContract):
     agent = "qwen-code"
 
 
-class TestOpenCodeContract(_AgentContract):
+class TestOpenCodeContract(_NoShellCallContract):
     agent = "opencode"
 
 
@@ -108,7 +131,7 @@ _COPILOT_FAILS_AS_TEXT = (
 )
 
 
-class TestCopilotContract(_AgentContract):
+class TestCopilotContract(_NoShellCallContract):
     agent = "copilot"
 
     @pytest.mark.xfail(strict=True, reason=_COPILOT_FAILS_AS_TEXT)

@@ -3,7 +3,8 @@
 The pinned native codex-acp (installed by ``scripts/install-acp-agent``) runs against
 the kit's loopback Responses fixture; every
 request is answered by the kit directive found in its body (``complete`` → the token,
-``fail`` → HTTP 500 carrying the planted raw error, ``hold`` → an open stream).
+``fail`` → HTTP 500 carrying the planted raw error, ``hold`` → an open stream, ``reach``
+→ a shell call, then the token and its output).
 """
 
 from __future__ import annotations
@@ -64,7 +65,16 @@ class TestAcpContract(ProviderContract):
         def make(setup: ChildSetup) -> AcpProvider:
             self._router.error_text = setup.error_text
             env = codex_keyless_env(setup.scratch, codex_home=setup.home.codex_home)
-            write_codex_config(setup.home.codex_home, responses.base_url, model=MODEL)
+            # Its own command sandbox (bubblewrap) cannot start inside the kernel policy
+            # dsh applies (docs/security.md, ACP agents): the policy is the sandbox, and the
+            # confinement rules need the model's command to run.
+            write_codex_config(
+                setup.home.codex_home,
+                responses.base_url,
+                model=MODEL,
+                approval_policy="never",
+                sandbox_mode="danger-full-access",
+            )
             config = AcpConfig(
                 command=codex_acp,
                 env={**env, **setup.env, "RUST_LOG": "warn"},

@@ -3,11 +3,15 @@
 The bundled Claude Code CLI (through the official Agent SDK) runs against the kit's
 loopback Messages fixture; every request is answered by the kit directive found in its
 body (``complete`` → the token, ``fail`` → HTTP 500 carrying the planted raw error,
-``hold`` → an open stream).
+``hold`` → an open stream, ``reach`` → a ``Bash`` call, then the token and its output).
+The CLI runs in ``bypassPermissions``, as unattended delegations do: the confinement
+rules need its ``Bash`` tool to run the model's command (the default mode denies it, and
+the attempt would prove nothing).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,9 +58,15 @@ class TestClaudeCodeContract(ProviderContract):
             home = keyless_claude_home(setup.scratch, messages.base_url)
             env: dict[str, str | None] = {**home.env, **setup.env}
             env["CLAUDE_CONFIG_DIR"] = str(home.config_dir)
+            if os.geteuid() == 0:
+                env["IS_SANDBOX"] = "1"  # root refuses the bypass unless told (test_keyless.py)
             # continuation on: the kit's opt-in continuation rules run against real Claude Code.
             config = ClaudeCodeConfig(
-                env=env, cwd=setup.cwd_override, dispose_grace=2.0, continuation=True
+                env=env,
+                cwd=setup.cwd_override,
+                dispose_grace=2.0,
+                continuation=True,
+                permission_mode="bypassPermissions",
             )
             return ClaudeCodeProvider(config)
 

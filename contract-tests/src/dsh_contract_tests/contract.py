@@ -244,6 +244,17 @@ class ProviderContract:
         rules.concurrency.test_parallel_runs_settle_independently
     )
 
+    # -- confinement -------------------------------------------------------------------
+
+    test_runs_are_confined = rules.confinement.test_runs_are_confined
+    test_read_beyond_its_reach_is_refused = rules.confinement.test_read_beyond_its_reach_is_refused
+    test_write_beyond_its_reach_is_refused = (
+        rules.confinement.test_write_beyond_its_reach_is_refused
+    )
+    test_reach_beyond_its_ports_is_refused = (
+        rules.confinement.test_reach_beyond_its_ports_is_refused
+    )
+
     # -- loader ------------------------------------------------------------------------
 
     test_entry_point_loads_without_starting = rules.loader.test_entry_point_loads_without_starting

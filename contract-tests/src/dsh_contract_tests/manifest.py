@@ -222,6 +222,28 @@ _ALL: Final = (
         "Closing the service ends every ready product's whole tree.",
     ),
     Requirement(
+        "confinement:applied",
+        "dsh confines the provider's runs: it has a policy for them (the product spawns "
+        "through dsh-subprocess, confinement not off) and every process of a run carries "
+        "it; a provider it cannot confine is reported NOT confined, never passed.",
+    ),
+    Requirement(
+        "confinement:reads-only-its-reach",
+        "A run told by its model to read a key planted under the host's ~/.ssh is refused by "
+        "the kernel, settles, and the key's text reaches neither its answer nor its "
+        "diagnostic.",
+    ),
+    Requirement(
+        "confinement:writes-only-its-reach",
+        "A run told by its model to write a file into the host's home is refused by the "
+        "kernel, settles, and no file appears there.",
+    ),
+    Requirement(
+        "confinement:connects-only-allowed-ports",
+        "A run told by its model to connect to a loopback port that is not its model's is "
+        "refused by the kernel, settles, and nothing reaches that port.",
+    ),
+    Requirement(
         "loader:entry-point-starts-nothing",
         "The provider loads from its dsh.subagent.providers entry point, validates its Config and "
         "is constructed with an empty PATH without starting any process.",

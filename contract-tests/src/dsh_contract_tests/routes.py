@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from dsh_contract_tests.fixtures import loopback, messages, responses
+from dsh_contract_tests.reach import find_command, relayed_answer, tool_output_text
 from dsh_contract_tests.scenario import (
     Directive,
     find_directive,
@@ -48,6 +49,43 @@ def _messages_schema(body: object) -> bool:
     )
 
 
+SHELL_CALLS = ("exec_command", "shell_command", "shell")
+"""The Responses shell tools a ``reach`` directive calls, the first the request offers
+(products rename theirs between versions)."""
+
+
+def _shell_call(command: str) -> responses.FunctionCall:
+    arguments: dict[str, dict[str, object]] = {
+        "exec_command": {"cmd": command},
+        "shell_command": {"command": command},
+        "shell": {"command": ["sh", "-c", command]},
+    }
+    return responses.FunctionCall(
+        tuple((name, arguments[name]) for name in SHELL_CALLS), call_id="call_dsh_reach"
+    )
+
+
+def _offers(body: object, name: str) -> bool:
+    """Whether a Messages request offers the tool ``name`` (a side request offers none)."""
+    tools = body.get("tools") if isinstance(body, dict) else None
+    return isinstance(tools, list) and any(
+        isinstance(tool, dict) and tool.get("name") == name for tool in tools
+    )
+
+
+def _tool_results(body: object) -> list[str]:
+    """The text of every ``tool_result`` block of the request's last message."""
+    messages_ = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages_, list) or not messages_:
+        return []
+    content = messages_[-1].get("content") if isinstance(messages_[-1], dict) else None
+    return [
+        tool_output_text(block.get("content"))
+        for block in (content if isinstance(content, list) else [])
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    ]
+
+
 def _after_tool_result(body: object) -> bool:
     """Whether the request's last message carries a tool result (the tool call is done)."""
     messages_ = body.get("messages") if isinstance(body, dict) else None
@@ -66,8 +104,10 @@ class ResponsesDirectiveRoute:
     on the request: ``{"token": ...}``, and ``misshapen`` ``{"token": 7}``); ``fail``
     answers HTTP 500 with
     :attr:`error_text` (set it to the run's planted raw error); ``hold`` holds; ``recall``
-    answers the token of the session's earlier ``complete`` turn; a request without a
-    directive gets a plain ``ok``.
+    answers the token of the session's earlier ``complete`` turn; ``reach`` calls the
+    product's shell tool with the task's command (:mod:`dsh_contract_tests.reach`) and,
+    once its output came back, answers the token followed by that output; a request
+    without a directive gets a plain ``ok``.
     """
 
     def __init__(self) -> None:
@@ -84,6 +124,15 @@ class ResponsesDirectiveRoute:
             return responses.PlainAnswer(directive.token, phase="final_answer")
         if directive.behaviour == "recall":
             return responses.PlainAnswer(recalled_token(body), phase="final_answer")
+        if directive.behaviour == "reach":
+            outputs = request.function_call_outputs()
+            if outputs:
+                answer = relayed_answer(directive.token, "\n".join(outputs))
+                return responses.PlainAnswer(answer, phase="final_answer")
+            command = find_command(body)
+            if command is not None and set(SHELL_CALLS) & set(request.advertised_tools()):
+                return _shell_call(command)
+            return responses.PlainAnswer(directive.token, phase="final_answer")
         if directive.behaviour == "fail":
             return responses.HttpError(500, self.error_text)
         return responses.Hold()
@@ -92,7 +141,8 @@ class ResponsesDirectiveRoute:
 class MessagesDirectiveRoute:
     """``route`` for :class:`~dsh_contract_tests.fixtures.messages.MessagesFixture`.
 
-    Same behaviours as :class:`ResponsesDirectiveRoute`, as Anthropic Messages answers. When
+    Same behaviours as :class:`ResponsesDirectiveRoute`, as Anthropic Messages answers
+    (``reach`` calls Claude Code's ``Bash`` tool). When
     the request offers Claude Code's ``StructuredOutput`` tool, ``complete`` and
     ``misshapen`` call it with their object (then, after its result, end the turn).
     """
@@ -113,6 +163,14 @@ class MessagesDirectiveRoute:
             return messages.TextAnswer(directive.token)
         if directive.behaviour == "recall":
             return messages.TextAnswer(recalled_token(body))
+        if directive.behaviour == "reach":
+            outputs = _tool_results(request.body)
+            if outputs:
+                return messages.TextAnswer(relayed_answer(directive.token, "\n".join(outputs)))
+            command = find_command(body)
+            if command is not None and _offers(request.body, "Bash"):
+                return messages.ToolUse("Bash", {"command": command}, "toolu_dsh_reach")
+            return messages.TextAnswer(directive.token)
         if directive.behaviour == "fail":
             return messages.HttpError(500, self.error_text)
         return messages.Hold()
@@ -127,6 +185,11 @@ class LoopbackDirectiveRoute:
     ``fail_status`` (default 500) is the status of a ``fail`` answer: a product that
     retries server errors with a long backoff and no setting to stop it can be failed
     with a status it does not retry (e.g. 400).
+
+    ``reach`` is answered with the bare token: these wires do not script the shell call
+    yet (each agent names its shell tool and returns its output its own way), so the
+    ``confinement`` reach rules fail for a product behind them, saying the attempt was
+    never reported; they never hang.
     """
 
     def __init__(self, fail_status: int = 500) -> None:
@@ -137,7 +200,7 @@ class LoopbackDirectiveRoute:
         directive = find_directive(json.dumps(request.body, ensure_ascii=False))
         if directive is None:
             return loopback.TextAnswer("ok")
-        if directive.behaviour in {"complete", "misshapen"}:
+        if directive.behaviour in {"complete", "misshapen", "reach"}:
             return loopback.TextAnswer(directive.token)
         if directive.behaviour == "fail":
             return loopback.HttpError(self.fail_status, self.error_text)

@@ -277,29 +277,49 @@ _CHILD: Final = '''\
 It speaks the provider's JSON-lines protocol and follows the contract kit's directive, one
 line in the task text (the kit README, "The child protocol")::
 
-    dsh-contract/1 <complete|fail|hold> T-<hex>
+    dsh-contract/1 <complete|fail|hold|reach> T-<hex>
 
 ``complete`` answers exactly the token; ``fail`` writes ``$$DSH_CONTRACT_STDERR_TEXT`` to
 stderr, reports ``$$DSH_CONTRACT_ERROR_TEXT`` as its raw error and exits 3; ``hold``
 creates the empty file ``$$DSH_CONTRACT_READY_DIR/<token>`` and works until its stdin
-closes or it is terminated. Without a directive it answers ``done``.
+closes or it is terminated; ``reach`` runs the task's ``dsh-contract/1 command <base64>``
+with ``sh -c``, as a product's shell tool would, and answers the token, then what the
+command printed (the kit's confinement rules). Without a directive it answers ``done``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
-DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]{6,32})")
+DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold|reach) (T-[0-9a-f]{6,32})")
+COMMAND = re.compile(r"dsh-contract/1 command ([A-Za-z0-9_-]+={0,2})")
 
 
 def send(message: dict[str, str]) -> None:
     """Write one JSON line to stdout."""
     sys.stdout.write(json.dumps(message) + "\\n")
     sys.stdout.flush()
+
+
+def run_command(task: str) -> str:
+    """Run the task's command as a shell tool would; what it printed (stdout and stderr)."""
+    found = COMMAND.search(task)
+    command = base64.urlsafe_b64decode(found.group(1)).decode() if found else "true"
+    ran = subprocess.run(
+        ["/bin/sh", "-c", command],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    return ran.stdout[-2000:]
 
 
 def main() -> int:
@@ -316,6 +336,9 @@ def main() -> int:
     behaviour, token = found.group(1), found.group(2)
     if behaviour == "complete":
         send({"type": "final", "text": token})
+        return 0
+    if behaviour == "reach":
+        send({"type": "final", "text": token + "\\n" + run_command(task)})
         return 0
     if behaviour == "fail":
         sys.stderr.write(os.environ.get("DSH_CONTRACT_STDERR_TEXT", "failed") + "\\n")

@@ -20,6 +20,10 @@ The ``output:*`` rules (only for a provider declaring ``output_schema``) start r
 :func:`structured_answer` (``{"token": "<token>"}``) and ``misshapen`` as
 :func:`misshapen_answer` (``{"token": 7}``: the wrong type); a child that was not handed
 a schema answers both with the bare token.
+
+The ``confinement:*`` rules send ``reach``: the task also carries a command line
+(:mod:`dsh_contract_tests.reach`) that the product runs with its shell tool; the run
+then answers the token followed by what the command printed.
 """
 
 from __future__ import annotations
@@ -53,10 +57,12 @@ __all__ = [
     "structured_answer",
 ]
 
-Behaviour = Literal["complete", "fail", "hold", "recall", "misshapen"]
+Behaviour = Literal["complete", "fail", "hold", "recall", "misshapen", "reach"]
 
 DIRECTIVE_PREFIX = "dsh-contract/1"
-_DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold|recall|misshapen) (T-[0-9a-f]{6,32})")
+_DIRECTIVE = re.compile(
+    r"dsh-contract/1 (complete|fail|hold|recall|misshapen|reach) (T-[0-9a-f]{6,32})"
+)
 
 ENV_READY_DIR = "DSH_CONTRACT_READY_DIR"
 """Overlay variable: directory where a holding child creates a file named by its token."""

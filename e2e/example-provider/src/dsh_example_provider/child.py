@@ -9,6 +9,8 @@ a product does while it works: a piece of text, a tool call and its token usage.
 and waits until ``<ready dir>/<name>`` exists: a product that answers only when the test
 lets it (e.g. after a bound it must outlast). With ``dsh-example/write <name>`` it first
 writes the task text into ``<name>`` in its cwd: a product editing its workspace.
+``reach`` runs the task's ``dsh-contract/1 command <base64>`` with ``sh -c`` and answers
+the token, then the command's output: a product's shell tool told what to run.
 
 Wire protocol, one JSON object per line: the child writes ``{"type": "ready"}``; the
 provider writes ``{"task": "..."}``; the child may report ``{"type": "text", "text": ...}``,
@@ -20,6 +22,7 @@ never copy it anywhere a model can see).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -28,7 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-_DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]{6,32})")
+_DIRECTIVE = re.compile(r"dsh-contract/1 (complete|fail|hold|reach) (T-[0-9a-f]{6,32})")
+_COMMAND = re.compile(r"dsh-contract/1 command ([A-Za-z0-9_-]+={0,2})")
 _PROGRESS = "dsh-example/progress"
 _WAIT_FOR = re.compile(r"dsh-example/wait-for ([A-Za-z0-9_.-]+)")
 _WRITE = re.compile(r"dsh-example/write ([A-Za-z0-9_.-]+)")
@@ -67,6 +71,23 @@ def _wait_for(name: str) -> None:
         time.sleep(0.05)  # this program plays the product: it may poll its own world
 
 
+def _reach(task: str, token: str) -> str:
+    """Run the task's command as a product's shell tool would; answer the token, then
+    what it printed (the kit's confinement rules read it)."""
+    found = _COMMAND.search(task)
+    if found is None:
+        return token
+    command = base64.urlsafe_b64decode(found.group(1)).decode("utf-8")
+    done = subprocess.run(
+        ["/bin/sh", "-c", command],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        check=False,
+    )
+    return f"{token}\n{done.stdout.decode('utf-8', 'replace')[-2000:]}"
+
+
 def main() -> int:
     """Run one scripted task."""
     _send({"type": "ready"})
@@ -90,6 +111,9 @@ def main() -> int:
     behaviour, token = match.group(1), match.group(2)
     if behaviour == "complete":
         _send({"type": "final", "text": token})
+        return 0
+    if behaviour == "reach":
+        _send({"type": "final", "text": _reach(task, token)})
         return 0
     if behaviour == "fail":
         sys.stderr.write(os.environ.get("DSH_CONTRACT_STDERR_TEXT", "child failed") + "\n")
