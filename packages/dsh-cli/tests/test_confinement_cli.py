@@ -94,6 +94,45 @@ def test_check_prints_each_instances_effective_policy(
     assert "product processes started: 0" in out
 
 
+def test_check_warns_of_a_grant_that_holds_the_home_and_of_a_missing_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A write grant of "/" (or of any directory above the home) gives the product ~/.ssh;
+    # the profile is valid, so it is said rather than refused.
+    home = tmp_path / "home" / "me"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    profile = _profile(tmp_path, "http://127.0.0.1:18123/v1", plain=False)
+    with profile.open("a", encoding="utf-8") as file:
+        file.write(
+            "[providers.config.confinement]\n"
+            f'write = ["{tmp_path / "home"}"]\nread = ["{tmp_path / "gone"}"]\n'
+        )
+    assert main(["check", str(profile)], discovery=DISCOVERY) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"      warning: write {tmp_path / 'home'} holds the home directory {home}: the "
+        "product may write ~/.ssh, ~/.aws and every repository there"
+    ) in out
+    assert f"      skipped (does not exist now): {tmp_path / 'gone'}" in out
+
+
+def test_check_warns_when_the_run_directory_is_the_home(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    profile = _profile(tmp_path, "http://127.0.0.1:18123/v1", plain=False)
+    assert main(["check", str(profile)], discovery=DISCOVERY) == 0
+    out = capsys.readouterr().out
+    # never mode: the cwd is read only, so the warning is about reading.
+    assert f"      warning: read {tmp_path} holds the home directory {tmp_path}" in out
+    assert "skipped" not in out
+
+
 def test_a_profile_mode_off_is_shown_as_off(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
