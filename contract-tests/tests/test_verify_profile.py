@@ -19,6 +19,7 @@ from dsh_contract_tests.verify_profile import (
     load_profile,
     substitute,
 )
+from pydantic import JsonValue
 
 _ROOT = Path(__file__).resolve().parents[2]
 _KIT_README = _ROOT / "contract-tests" / "README.md"
@@ -113,7 +114,7 @@ def test_a_missing_profile_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_model_url_is_replaced_in_every_string_it_holds() -> None:
-    value = {"url": "{model_url}/x", "list": ["{model_url}", 3], "n": None}
+    value: JsonValue = {"url": "{model_url}/x", "list": ["{model_url}", 3], "n": None}
     assert substitute(value, "http://127.0.0.1:1/v1") == {
         "url": "http://127.0.0.1:1/v1/x",
         "list": ["http://127.0.0.1:1/v1", 3],
