@@ -27,7 +27,9 @@ _FROM_WHEELS = {"dsh-subprocess", "dsh-subagent", "dsh-contract-tests", "acme-ag
 
 # The product: a child that sends the task to the configured model and answers what the
 # model says; an HTTP error's body is its raw error. ModelAgentLeaks keeps that raw
-# error in the diagnostic (the breakage).
+# error in the diagnostic (the breakage). The URL travels as ACME_BASE_URL: under the
+# default confinement a product connects only to the ports of *_BASE_URL variables
+# (docs/security.md), which an author meets first in exactly this run.
 MODEL_AGENT = '''
 import sys
 
@@ -41,7 +43,7 @@ import json, os, sys, urllib.error, urllib.request
 print(json.dumps({"type": "ready"}), flush=True)
 task = json.loads(sys.stdin.readline())["task"]
 request = urllib.request.Request(
-    os.environ["ACME_MODEL_URL"] + "/chat/completions",
+    os.environ["ACME_BASE_URL"] + "/chat/completions",
     data=json.dumps({"model": "m", "messages": [{"role": "user", "content": task}]}).encode(),
     headers={
         "Authorization": "Bearer " + os.environ["ACME_MODEL_KEY"],
@@ -70,7 +72,7 @@ class ModelAgent(AcmeAgentProvider):
     Config = ModelAgentConfig
 
     def launch(self, cwd):
-        env = {"ACME_MODEL_URL": self.config.model_url, "ACME_MODEL_KEY": self.config.model_key}
+        env = {"ACME_BASE_URL": self.config.model_url, "ACME_MODEL_KEY": self.config.model_key}
         return Launch(argv=(sys.executable, "-c", _CHILD), env=env)
 
 

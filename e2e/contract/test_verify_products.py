@@ -2,7 +2,8 @@
 
 The way a third-party author verifies a provider whose product talks to a model: the
 installed provider by its entry-point name and its verify profile
-(``codex.verify.toml``, ``claude-code.verify.toml`` next to this file), nothing else.
+(``codex.verify.toml``, ``claude-code.verify.toml`` next to this file), nothing else; the
+command is the kit README's, as written there.
 The kit starts the loopback Responses or Messages fixture and writes the product's
 keyless home in each rule's process, as ``test_codex_contract.py`` and
 ``test_claude_code_contract.py`` do in their test classes; the pinned Codex app-server
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +23,8 @@ from typing import Any
 
 import pytest
 from dsh_contract_tests.manifest import REQUIREMENTS
+from fresh_venv import KIT_README, ROOT, readme_commands
 
-_HERE = Path(__file__).resolve().parent
 _KIT_IDS = sorted(i for i, r in REQUIREMENTS.items() if r.tier != "credentialed")
 
 # Each product declares continuation (its profile turns it on), not output_schema on
@@ -30,23 +32,22 @@ _KIT_IDS = sorted(i for i, r in REQUIREMENTS.items() if r.tier != "credentialed"
 _SKIPPED = {"codex": 8, "claude-code": 8}
 
 
+def _readme_command(provider: str) -> list[str]:
+    """The kit README's verify command for ``provider``, split as bash would."""
+    block = readme_commands(KIT_README.read_text("utf-8"), "verify-products")
+    found = [shlex.split(line) for line in block.splitlines() if f" verify {provider} " in line]
+    assert len(found) == 1, block
+    assert found[0][0] == "python", found[0]
+    return [sys.executable, *found[0][1:]]  # this venv's python: the provider is installed
+
+
 def _verify(tmp_path: Path, provider: str) -> tuple[int, list[str], dict[str, Any]]:
     report = tmp_path / "verify-report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["TMPDIR"] = str(tmp_path)
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dsh_contract_tests",
-            "verify",
-            provider,
-            "--config",
-            str(_HERE / f"{provider}.verify.toml"),
-            "--report",
-            str(report),
-        ],
-        cwd=tmp_path,
+        [*_readme_command(provider), "--report", str(report)],
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
