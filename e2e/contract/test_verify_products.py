@@ -27,9 +27,8 @@ from fresh_venv import KIT_README, ROOT, readme_commands
 
 _KIT_IDS = sorted(i for i, r in REQUIREMENTS.items() if r.tier != "credentialed")
 
-# Each product declares continuation (its profile turns it on), not output_schema on
-# this path or ready starts: the kit skips the output and ready rules, nothing else.
-_SKIPPED = {"codex": 8, "claude-code": 8}
+# Both products declare every opt-in capability on this path (continuation, which the
+# profiles turn on, output_schema and ready starts): no rule is skipped.
 
 
 def _readme_command(provider: str) -> list[str]:
@@ -72,12 +71,9 @@ def test_the_verify_run_passes_a_real_product_behind_a_loopback_model(
     assert status == 0, out
     assert lines[-1] == (
         f"dsh-contract verify PASSED {provider} ({distribution} 0.1.0, "
-        f"dsh-contract-tests 0.1.0): all 35 rules ran, {_SKIPPED[provider]} skipped by the kit"
+        "dsh-contract-tests 0.1.0): all 35 rules ran"
     ), out
     assert sorted(r["id"] for r in report["rules"]) == _KIT_IDS
     outcomes = {r["id"]: r["outcome"] for r in report["rules"]}
-    assert set(outcomes.values()) == {"passed", "skipped"}, out
-    # The rules that need the model fixture's hold ran, rather than being skipped.
-    for rule in ("settlement:cancel-mid-run", "continuation:sees-earlier-turn"):
-        assert outcomes[rule] == "passed", out
+    assert set(outcomes.values()) == {"passed"}, out
     assert report["profile"]["model"]["home"] == provider
