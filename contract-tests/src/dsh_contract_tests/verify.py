@@ -6,7 +6,9 @@ that process can rewrite anything pytest reports. The verify run is the verdict 
 any listing of compatible providers trust. This process, the verify parent, never
 imports the provider. It writes its own test module (one class on
 :class:`~dsh_contract_tests.ProviderContract` whose factory builds the provider from its
-``Config``) and configuration into a private temporary directory and runs **each rule in
+``Config``, with what the provider's verify profile asks for: a loopback model fixture,
+``Config`` values, env variables; see :mod:`dsh_contract_tests.verify_profile`) and
+configuration into a private temporary directory and runs **each rule in
 a pytest process of its own**: ``-c`` its own ini, ``--rootdir`` and ``--noconftest`` (none
 of the author's configuration or conftest), ``-p no:cacheprovider``, plugin autoload off
 with only the kit's plugin loaded (so no xdist), ``PYTEST_ADDOPTS`` and every other
