@@ -172,3 +172,38 @@ def test_the_guides_plain_verify_command_is_the_kit_readmes() -> None:
     # The kit README's block is the one test_verify_run runs against the scaffold.
     readme = readme_commands(KIT_README.read_text("utf-8"), "verify")
     assert _guide_block("verify", "bash") == readme
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("profile", "refusal"),
+    [
+        (None, "ModelAgentConfig refuses config.model_url: Field required"),
+        (
+            '[model]\nwire = "chat-completions"\n'
+            '[config]\nmodel_url = "{model_url}"\nmodel_key = ""\n',
+            "ModelAgentConfig refuses config.model_key: String should have at least 1 character",
+        ),
+    ],
+    ids=["no profile", "an empty key"],
+)
+def test_a_value_the_config_refuses_stops_the_run_naming_the_field(
+    project: Path, profile: str | None, refusal: str
+) -> None:
+    (project / "verify-report.json").unlink(missing_ok=True)
+    config = ""
+    if profile is not None:
+        (project / "wrong.toml").write_text(profile, encoding="utf-8")
+        config = "--config wrong.toml"
+    done = run_bash(
+        f".venv/bin/python -m dsh_contract_tests verify acme-model {config} "
+        "--report verify-report.json",
+        project,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"dsh_contract_tests verify: {refusal} (a value the provider needs goes under "
+        "[config] or [env] of a verify profile, --config FILE)"
+    ]
+    assert not (project / "verify-report.json").exists()

@@ -71,6 +71,9 @@ _PROFILE: Final = "verify-profile.json"
 _CLASS: Final = "TestVerify"
 _OUTPUT_KEPT: Final = 4000
 """Characters of a failed rule's pytest output kept in the report (the tail)."""
+_CHECK_BOUND: Final = 120.0
+"""Seconds the Config check may take (an import on a loaded machine)."""
+_DETAIL_KEPT: Final = 500
 _CHANNEL_CAP: Final = 1 << 20
 """Bytes of evidence read from one child: a rule writes a few records, each bounded."""
 _SPEC: Final = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -247,6 +250,46 @@ def _child_env() -> dict[str, str]:
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.pop("PYTHONSTARTUP", None)
     return env
+
+
+def _check_config(root: Path, provider: ResolvedProvider) -> None:
+    """Refuse to run when the provider's ``Config`` refuses the profile's values.
+
+    The check imports the provider, so it runs in a process of its own (this one never
+    imports it); it can only stop the run, never count towards a pass.
+
+    Raises:
+        VerifyError: the provider cannot be loaded or its ``Config`` refuses a value.
+    """
+    result = root / "config-check.json"
+    argv = [sys.executable, "-m", "dsh_contract_tests.verify_setup", provider.spec]
+    argv += [str(root / _PROFILE), str(result)]
+    try:
+        subprocess.run(
+            argv,
+            cwd=root,
+            env=_child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=_CHECK_BOUND,
+            check=False,
+            start_new_session=True,
+        )
+        with result.open("rb") as answer:
+            data: object = json.loads(answer.read(_CHANNEL_CAP))
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        data = None
+    if not isinstance(data, dict) or "refusal" not in data:
+        raise VerifyError(
+            f"{provider.spec}: the check of its Config against the verify profile gave no "
+            "answer (the provider's module may end the process on import)"
+        )
+    if data["refusal"] is not None:
+        raise VerifyError(
+            f"{str(data['refusal'])[:_DETAIL_KEPT]} (a value the provider needs goes under "
+            "[config] or [env] of a verify profile, --config FILE)"
+        )
 
 
 def _read_all(fd: int, into: bytearray) -> None:
@@ -446,6 +489,7 @@ def run_verify(
     with tempfile.TemporaryDirectory(prefix="dsh-verify-") as tmp:
         root = Path(tmp)
         ini = _write_project(root, provider, settle_timeout, profile)
+        _check_config(root, provider)
         for req_id in chosen:
             child = _run_rule(root, ini, tests[req_id], bound)
             verdict = _judge(req_id, child, bound)

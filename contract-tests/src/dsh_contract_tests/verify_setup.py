@@ -13,12 +13,15 @@ carries the run's token.
 from __future__ import annotations
 
 import importlib
+import json
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any, Protocol
 
 import anyio
 from dsh_subagent import SubagentProvider
+from pydantic import ValidationError
 
 from dsh_contract_tests.fixtures.chat_completions import ChatCompletionsFixture
 from dsh_contract_tests.fixtures.messages import MessagesFixture, keyless_claude_home
@@ -35,7 +38,16 @@ from dsh_contract_tests.routes import (
 from dsh_contract_tests.scenario import ChildSetup, ProviderFactory
 from dsh_contract_tests.verify_profile import ModelNeed, VerifyProfile, substitute
 
-__all__ = ["RunningModel", "config_values", "provider_factory_for", "running_model"]
+__all__ = [
+    "RunningModel",
+    "check_config",
+    "config_values",
+    "provider_factory_for",
+    "running_model",
+]
+
+_CHECK_URL = "http://127.0.0.1:9/v1"
+"""What ``{model_url}`` stands for when :func:`check_config` validates (no fixture runs)."""
 
 _KEPT_REQUESTS = 512
 """Requests a fixture keeps (one rule's runs send far fewer): the buffer stays bounded."""
@@ -171,3 +183,45 @@ def provider_factory_for(
         return provider
 
     return make
+
+
+def check_config(spec: str, profile: VerifyProfile) -> str | None:
+    """Why the provider's ``Config`` refuses the profile's values, in one line naming the
+    field (``None`` when it accepts them): run once before any rule, in a process of its
+    own, so a wrong or missing value stops the verify run instead of failing every rule.
+
+    A provider that cannot be loaded here gets ``None``: the rules run and each fails
+    under its own id, as without this check (a module may load only under pytest)."""
+    try:
+        cls: Any = _load(spec)
+        config_class: Any = cls.Config
+    except Exception:
+        return None  # a module that loads only under pytest is judged by the rules alone
+    values: dict[str, Any] = {k: substitute(v, _CHECK_URL) for k, v in profile.config.items()}
+    values["env"] = {k: str(substitute(v, _CHECK_URL)) for k, v in profile.env.items()}
+    try:
+        config_class.model_validate(values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        table = "" if where.startswith("env") else "config."
+        return f"{config_class.__name__} refuses {table}{where}: {error['msg']}"
+    except Exception:
+        return None
+    return None
+
+
+def _check_main(argv: list[str]) -> int:
+    """``python -m dsh_contract_tests.verify_setup SPEC PROFILE RESULT``: :func:`check_config`
+    of the verify parent, its answer written to ``RESULT`` as JSON."""
+    spec, profile_path, result_path = argv
+    with open(profile_path, encoding="utf-8") as profile_file:
+        profile = VerifyProfile.model_validate_json(profile_file.read())
+    refusal = check_config(spec, profile)
+    with open(result_path, "w", encoding="utf-8") as result:
+        json.dump({"refusal": refusal}, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_check_main(sys.argv[1:]))
