@@ -17,6 +17,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
@@ -35,7 +36,7 @@ from dsh_contract_tests.routes import (
     MessagesDirectiveRoute,
     ResponsesDirectiveRoute,
 )
-from dsh_contract_tests.scenario import ChildSetup, ProviderFactory
+from dsh_contract_tests.scenario import ChildSetup, ProductHome, ProviderFactory
 from dsh_contract_tests.verify_profile import ModelNeed, VerifyProfile, substitute
 
 __all__ = [
@@ -185,10 +186,21 @@ def provider_factory_for(
     return make
 
 
-def check_config(spec: str, profile: VerifyProfile) -> str | None:
+def _check_setup(root: Path) -> ChildSetup:
+    """A setup like a rule's (temporary product homes under ``root``) for the check."""
+    home = ProductHome(root / "home", root / "codex-home", root / "claude", root / "tmp")
+    for path in (home.home, home.codex_home, home.claude_config_dir, home.tmpdir):
+        path.mkdir(parents=True, exist_ok=True)
+    (root / "scratch").mkdir(exist_ok=True)
+    return ChildSetup(home.env(), None, home, root / "ready", root / "scratch", "check", "check")
+
+
+def check_config(spec: str, profile: VerifyProfile, root: Path) -> str | None:
     """Why the provider's ``Config`` refuses the profile's values, in one line naming the
     field (``None`` when it accepts them): run once before any rule, in a process of its
     own, so a wrong or missing value stops the verify run instead of failing every rule.
+    The values are the ones a rule's factory builds (the model fixture runs, the product
+    home is written under ``root``).
 
     A provider that cannot be loaded here gets ``None``: the rules run and each fails
     under its own id, as without this check (a module may load only under pytest)."""
@@ -197,27 +209,30 @@ def check_config(spec: str, profile: VerifyProfile) -> str | None:
         config_class: Any = cls.Config
     except Exception:
         return None  # a module that loads only under pytest is judged by the rules alone
-    values: dict[str, Any] = {k: substitute(v, _CHECK_URL) for k, v in profile.config.items()}
-    values["env"] = {k: str(substitute(v, _CHECK_URL)) for k, v in profile.env.items()}
-    try:
-        config_class.model_validate(values)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        table = "" if where.startswith("env") else "config."
-        return f"{config_class.__name__} refuses {table}{where}: {error['msg']}"
-    except Exception:
-        return None
+    setup = _check_setup(root)
+    with running_model(profile.model) as model:
+        values = config_values(profile, model, setup)
+        if model is not None:
+            values["env"] = model.prepare(setup, values["env"])
+        try:
+            config_class.model_validate(values)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            table = "" if where.startswith("env") else "config."
+            return f"{config_class.__name__} refuses {table}{where}: {error['msg']}"
+        except Exception:
+            return None
     return None
 
 
 def _check_main(argv: list[str]) -> int:
     """``python -m dsh_contract_tests.verify_setup SPEC PROFILE RESULT``: :func:`check_config`
-    of the verify parent, its answer written to ``RESULT`` as JSON."""
+    of the verify parent (homes next to ``RESULT``), its answer written there as JSON."""
     spec, profile_path, result_path = argv
     with open(profile_path, encoding="utf-8") as profile_file:
         profile = VerifyProfile.model_validate_json(profile_file.read())
-    refusal = check_config(spec, profile)
+    refusal = check_config(spec, profile, Path(result_path).parent / "config-check")
     with open(result_path, "w", encoding="utf-8") as result:
         json.dump({"refusal": refusal}, result)
     return 0
