@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dsh_contract_tests.scenario import ChildSetup, ProductHome
 from dsh_contract_tests.verify_profile import ModelNeed, VerifyProfile
-from dsh_contract_tests.verify_setup import config_values, running_model
+from dsh_contract_tests.verify_setup import check_config, config_values, running_model
 
 
 def _setup(root: Path) -> ChildSetup:
@@ -56,3 +56,15 @@ def test_a_product_home_points_at_the_fixture_under_the_kits_overlay(
             assert env["CLAUDE_CONFIG_DIR"] != str(setup.home.claude_config_dir)
             assert Path(str(env["CLAUDE_CONFIG_DIR"])).is_relative_to(setup.scratch)
         assert not model.holds("T-0123456789ab")
+
+
+def test_the_config_check_names_the_refused_field_and_accepts_the_rest(tmp_path: Path) -> None:
+    spec = "dsh_example_provider:ExampleProvider"
+    refused = VerifyProfile(config={"dispose_grace": 1.0, "bogus": 1})
+    assert check_config(spec, refused, tmp_path / "a") == (
+        "ExampleConfig refuses config.bogus: Extra inputs are not permitted"
+    )
+    accepted = VerifyProfile(config={"dispose_grace": 1.0}, env={"X": "1"})
+    assert check_config(spec, accepted, tmp_path / "b") is None
+    # A provider that cannot load here is left to the rules (each fails under its id).
+    assert check_config("no_such_module:Provider", refused, tmp_path / "c") is None
