@@ -7,7 +7,8 @@ starts :func:`running_model` in each rule's process; the author's own test code 
 involved. The fixture answers by the kit directive in each
 request (:mod:`dsh_contract_tests.routes`), answers ``fail`` with the run's planted raw
 error, and tells the kit when a ``hold`` run is working: once it holds a request that
-carries the run's token.
+carries the run's token. Before any rule, the verify parent runs :func:`check_config` in
+a process of its own (``python -m dsh_contract_tests.verify_setup``).
 """
 
 from __future__ import annotations
@@ -47,11 +48,9 @@ __all__ = [
     "running_model",
 ]
 
-_CHECK_URL = "http://127.0.0.1:9/v1"
-"""What ``{model_url}`` stands for when :func:`check_config` validates (no fixture runs)."""
-
 _KEPT_REQUESTS = 512
-"""Requests a fixture keeps (one rule's runs send far fewer): the buffer stays bounded."""
+"""Requests the Responses and Messages fixtures keep (one rule's runs send far fewer). The
+Chat Completions fixture has no such bound; it lives only as long as one rule's process."""
 
 
 class _Route(Protocol):
