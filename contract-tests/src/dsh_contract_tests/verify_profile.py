@@ -92,7 +92,8 @@ class VerifyProfile(BaseModel):
             # The kit's env overlay and cwd override are what its rules check: a profile
             # cannot replace them (extra variables go under [env]).
             raise ValueError(
-                f"config.{owned[0]}: set by the kit in every rule; put variables under [env]"
+                f"config.{owned[0]}: set by the kit in every rule (its cwd and env rules "
+                "check them); extra variables go under [env]"
             )
         if self.model is None and MODEL_URL in json.dumps([self.config, self.env]):
             raise ValueError(f"{MODEL_URL} is used, but there is no [model] to give it a URL")
@@ -100,7 +101,7 @@ class VerifyProfile(BaseModel):
 
 
 def _location(error: ErrorDetails) -> str:
-    return ".".join(str(part) for part in error["loc"]) or "(top level)"
+    return ".".join(str(part) for part in error["loc"]) or "the file"
 
 
 def load_profile(path: Path) -> VerifyProfile:
@@ -124,6 +125,9 @@ def load_profile(path: Path) -> VerifyProfile:
         return VerifyProfile.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
+        if not first["loc"]:  # a check across fields: its message names them
+            message = first["msg"].removeprefix("Value error, ")
+            raise ProfileError(f"--config {path}: {message}") from None
         raise ProfileError(f"--config {path}: {_location(first)}: {first['msg']}") from None
 
 
