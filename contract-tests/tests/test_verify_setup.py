@@ -8,12 +8,17 @@ home's ``CLAUDE_CONFIG_DIR`` wins over the kit's temporary one, because the keyl
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from dsh_contract_tests.scenario import ChildSetup, ProductHome
 from dsh_contract_tests.verify_profile import ModelNeed, VerifyProfile
 from dsh_contract_tests.verify_setup import check_config, config_values, running_model
+
+_VERIFY = [sys.executable, "-m", "dsh_contract_tests", "verify"]
 
 
 def _setup(root: Path) -> ChildSetup:
@@ -68,3 +73,24 @@ def test_the_config_check_names_the_refused_field_and_accepts_the_rest(tmp_path:
     assert check_config(spec, accepted, tmp_path / "b") is None
     # A provider that cannot load here is left to the rules (each fails under its id).
     assert check_config("no_such_module:Provider", refused, tmp_path / "c") is None
+
+
+def test_a_check_without_an_answer_leaves_the_verdict_to_the_rules(tmp_path: Path) -> None:
+    # A provider module that ends the process on import gives the Config check no
+    # answer; that stops nothing, and the rule's own run fails under its id.
+    (tmp_path / "exits_on_import.py").write_text("raise SystemExit(0)\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(tmp_path)
+    env["TMPDIR"] = str(tmp_path)
+    done = subprocess.run(
+        [*_VERIFY, "exits_on_import:Provider", "--rule", "settlement:completed"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    lines = (done.stdout + done.stderr).splitlines()
+    assert done.returncode == 1, lines
+    assert lines[-1].endswith(": 1 of 1 rules failed: settlement:completed"), lines

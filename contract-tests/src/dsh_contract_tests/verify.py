@@ -74,6 +74,7 @@ _OUTPUT_KEPT: Final = 4000
 _CHECK_BOUND: Final = 120.0
 """Seconds the Config check may take (an import on a loaded machine)."""
 _DETAIL_KEPT: Final = 500
+"""Characters of the Config check's refusal shown (pydantic's messages are short)."""
 _CHANNEL_CAP: Final = 1 << 20
 """Bytes of evidence read from one child: a rule writes a few records, each bounded."""
 _SPEC: Final = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -256,10 +257,12 @@ def _check_config(root: Path, provider: ResolvedProvider) -> None:
     """Refuse to run when the provider's ``Config`` refuses the profile's values.
 
     The check imports the provider, so it runs in a process of its own (this one never
-    imports it); it can only stop the run, never count towards a pass.
+    imports it); it can only stop the run, never count towards a pass. A check that gives
+    no answer (the provider's module ends the process on import, say) stops nothing: the
+    rules then run and judge the provider, each under its own id.
 
     Raises:
-        VerifyError: the provider cannot be loaded or its ``Config`` refuses a value.
+        VerifyError: the provider's ``Config`` refuses a value (named).
     """
     result = root / "config-check.json"
     argv = [sys.executable, "-m", "dsh_contract_tests.verify_setup", provider.spec]
@@ -280,12 +283,7 @@ def _check_config(root: Path, provider: ResolvedProvider) -> None:
             data: object = json.loads(answer.read(_CHANNEL_CAP))
     except (OSError, ValueError, subprocess.TimeoutExpired):
         data = None
-    if not isinstance(data, dict) or "refusal" not in data:
-        raise VerifyError(
-            f"{provider.spec}: the check of its Config against the verify profile gave no "
-            "answer (the provider's module may end the process on import)"
-        )
-    if data["refusal"] is not None:
+    if isinstance(data, dict) and data.get("refusal") is not None:
         raise VerifyError(
             f"{str(data['refusal'])[:_DETAIL_KEPT]} (a value the provider needs goes under "
             "[config] or [env] of a verify profile, --config FILE)"
