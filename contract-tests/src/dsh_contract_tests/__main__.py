@@ -47,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     check.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
     check.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="what the provider needs (a .toml or JSON verify profile): a loopback model "
+        "fixture, Config values, env variables, hold and settle timeouts",
+    )
+    check.add_argument(
         "--settle-timeout",
         type=float,
         default=None,
@@ -78,15 +85,18 @@ def main(argv: list[str] | None = None) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from dsh_contract_tests.verify import (
         VerifyError,
+        read_profile,
         resolve,
         run_verify,
         summary_line,
     )
 
     try:
+        profile = None if args.config is None else read_profile(args.config)
         provider = resolve(args.provider)
-        settle = {} if args.settle_timeout is None else {"settle_timeout": args.settle_timeout}
-        report = run_verify(provider, only=args.rule, **settle)
+        report = run_verify(
+            provider, settle_timeout=args.settle_timeout, only=args.rule, profile=profile
+        )
     except VerifyError as exc:
         print(f"dsh_contract_tests verify: {exc}", file=sys.stderr)
         return 2

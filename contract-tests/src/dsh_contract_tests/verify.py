@@ -6,7 +6,9 @@ that process can rewrite anything pytest reports. The verify run is the verdict 
 any listing of compatible providers trust. This process, the verify parent, never
 imports the provider. It writes its own test module (one class on
 :class:`~dsh_contract_tests.ProviderContract` whose factory builds the provider from its
-``Config``) and configuration into a private temporary directory and runs **each rule in
+``Config``, with what the provider's verify profile asks for: a loopback model fixture,
+``Config`` values, env variables; see :mod:`dsh_contract_tests.verify_profile`) and
+configuration into a private temporary directory and runs **each rule in
 a pytest process of its own**: ``-c`` its own ini, ``--rootdir`` and ``--noconftest`` (none
 of the author's configuration or conftest), ``-p no:cacheprovider``, plugin autoload off
 with only the kit's plugin loaded (so no xdist), ``PYTEST_ADDOPTS`` and every other
@@ -48,6 +50,7 @@ from dsh_subprocess import testing
 from dsh_contract_tests.contract import SETTLE_TIMEOUT_CAP, ProviderContract
 from dsh_contract_tests.ledger import expected_ids
 from dsh_contract_tests.plugin import VERIFY_CHANNEL_OPTION
+from dsh_contract_tests.verify_profile import ProfileError, VerifyProfile, load_profile
 
 __all__ = [
     "GROUP",
@@ -55,6 +58,7 @@ __all__ = [
     "RuleVerdict",
     "VerifyError",
     "VerifyReport",
+    "read_profile",
     "resolve",
     "run_verify",
     "summary_line",
@@ -63,9 +67,14 @@ __all__ = [
 GROUP: Final = "dsh.subagent.providers"
 KIT: Final = "dsh-contract-tests"
 _MODULE_NAME: Final = "test_verify"
+_PROFILE: Final = "verify-profile.json"
 _CLASS: Final = "TestVerify"
 _OUTPUT_KEPT: Final = 4000
 """Characters of a failed rule's pytest output kept in the report (the tail)."""
+_CHECK_BOUND: Final = 120.0
+"""Seconds the Config check may take (an import on a loaded machine)."""
+_DETAIL_KEPT: Final = 500
+"""Characters of the Config check's refusal shown (pydantic's messages are short)."""
 _CHANNEL_CAP: Final = 1 << 20
 """Bytes of evidence read from one child: a rule writes a few records, each bounded."""
 _SPEC: Final = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -107,6 +116,7 @@ class VerifyReport:
     provider: ResolvedProvider
     settle_timeout: float
     rules: list[RuleVerdict]
+    profile: VerifyProfile = field(default_factory=VerifyProfile)
 
     def to_json(self) -> str:
         """The report as JSON (what ``--report`` writes)."""
@@ -115,6 +125,8 @@ class VerifyReport:
             "kit": {"distribution": KIT, "version": self.kit_version},
             "provider": asdict(self.provider),
             "settle_timeout": self.settle_timeout,
+            "hold_timeout": self.profile.hold_timeout,
+            "profile": self.profile.model_dump(mode="json", exclude_defaults=True),
             "rules": [asdict(rule) for rule in self.rules],
         }
         return json.dumps(data, indent=2, ensure_ascii=False)
@@ -164,6 +176,18 @@ def resolve(provider: str) -> ResolvedProvider:
     return ResolvedProvider(provider, named, dist_name, dist_version)
 
 
+def read_profile(path: Path) -> VerifyProfile:
+    """The verify profile in ``path`` (``--config``), checked before anything runs.
+
+    Raises:
+        VerifyError: the file cannot be read or a field is wrong (named).
+    """
+    try:
+        return load_profile(path)
+    except ProfileError as exc:
+        raise VerifyError(str(exc)) from None
+
+
 def _rule_tests() -> dict[str, list[str]]:
     """Each requirement id of :class:`ProviderContract` with the names of its tests."""
     tests: dict[str, list[str]] = {req: [] for req in expected_ids(ProviderContract)}
@@ -175,18 +199,46 @@ def _rule_tests() -> dict[str, list[str]]:
     return tests
 
 
-def _write_project(root: Path, provider: ResolvedProvider, settle: float) -> Path:
+def _write_project(
+    root: Path, provider: ResolvedProvider, settle: float, profile: VerifyProfile
+) -> Path:
+    (root / _PROFILE).write_text(profile.model_dump_json(), encoding="utf-8")
     module = root / f"{_MODULE_NAME}.py"
     module.write_text(
+        "from pathlib import Path\n\n"
         "import pytest\n"
         "from dsh_contract_tests import ProviderContract\n"
-        "from dsh_contract_tests.verify_child import provider_factory_for\n\n\n"
+        "from dsh_contract_tests.verify_profile import load_profile\n"
+        "from dsh_contract_tests.verify_setup import (\n"
+        "    config_values,\n"
+        "    provider_factory_for,\n"
+        "    running_model,\n"
+        ")\n\n"
+        f"PROFILE = load_profile(Path(__file__).with_name({_PROFILE!r}))\n\n\n"
         f"class {_CLASS}(ProviderContract):\n"
         f"    entry_point_name = {provider.entry_point!r}\n"
-        f"    settle_timeout = {settle!r}\n\n"
+        f"    settle_timeout = {settle!r}\n"
+        "    hold_timeout = PROFILE.hold_timeout\n"
+        "    _model = None\n\n"
         "    @pytest.fixture\n"
-        "    def provider_factory(self):\n"
-        f"        return provider_factory_for({provider.spec!r})\n",
+        "    def verify_model(self):\n"
+        "        with running_model(PROFILE.model) as model:\n"
+        "            self._model = model\n"
+        "            yield model\n\n"
+        "    @pytest.fixture\n"
+        "    def provider_factory(self, verify_model):\n"
+        f"        return provider_factory_for({provider.spec!r}, PROFILE, verify_model)\n\n"
+        "    async def wait_until_holding(self, setup, token):\n"
+        "        if self._model is None:\n"
+        "            await super().wait_until_holding(setup, token)\n"
+        "        else:\n"
+        "            await self._model.wait_holding(token)\n\n"
+        "    def describe_hold(self, setup, token):\n"
+        "        if self._model is None:\n"
+        "            return super().describe_hold(setup, token)\n"
+        "        return self._model.describe(token)\n\n"
+        "    def loader_config(self, setup):\n"
+        "        return config_values(PROFILE, self._model, setup)\n",
         encoding="utf-8",
     )
     ini = root / "pytest.ini"
@@ -199,6 +251,43 @@ def _child_env() -> dict[str, str]:
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.pop("PYTHONSTARTUP", None)
     return env
+
+
+def _check_config(root: Path, provider: ResolvedProvider) -> None:
+    """Refuse to run when the provider's ``Config`` refuses the profile's values.
+
+    The check imports the provider, so it runs in a process of its own (this one never
+    imports it); it can only stop the run, never count towards a pass. A check that gives
+    no answer (the provider's module ends the process on import, say) stops nothing: the
+    rules then run and judge the provider, each under its own id.
+
+    Raises:
+        VerifyError: the provider's ``Config`` refuses a value (named).
+    """
+    result = root / "config-check.json"
+    argv = [sys.executable, "-m", "dsh_contract_tests.verify_setup", provider.spec]
+    argv += [str(root / _PROFILE), str(result)]
+    try:
+        subprocess.run(
+            argv,
+            cwd=root,
+            env=_child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=_CHECK_BOUND,
+            check=False,
+            start_new_session=True,
+        )
+        with result.open("rb") as answer:
+            data: object = json.loads(answer.read(_CHANNEL_CAP))
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        data = None
+    if isinstance(data, dict) and data.get("refusal") is not None:
+        raise VerifyError(
+            f"{str(data['refusal'])[:_DETAIL_KEPT]} (a value the provider needs goes under "
+            "[config] or [env] of a verify profile, --config FILE)"
+        )
 
 
 def _read_all(fd: int, into: bytearray) -> None:
@@ -367,16 +456,22 @@ def _resolve_consequences(rules: list[RuleVerdict]) -> None:
 def run_verify(
     provider: ResolvedProvider,
     *,
-    settle_timeout: float = ProviderContract.settle_timeout,
+    settle_timeout: float | None = None,
     only: list[str] | None = None,
+    profile: VerifyProfile | None = None,
 ) -> VerifyReport:
     """Run every rule of :class:`ProviderContract` against ``provider``, each in a child.
 
     ``only`` runs those ids alone: the verdict is then ``partial``, never a pass.
+    ``profile`` is what the provider needs (:mod:`dsh_contract_tests.verify_profile`);
+    ``settle_timeout`` wins over the profile's, which wins over the kit's default.
 
     Raises:
         VerifyError: ``settle_timeout`` above the cap, or an unknown id in ``only``.
     """
+    profile = profile or VerifyProfile()
+    if settle_timeout is None:
+        settle_timeout = profile.settle_timeout or ProviderContract.settle_timeout
     if not 0 < settle_timeout <= SETTLE_TIMEOUT_CAP:
         raise VerifyError(
             f"--settle-timeout {settle_timeout:g}: at most {SETTLE_TIMEOUT_CAP:g} seconds"
@@ -391,7 +486,8 @@ def run_verify(
     verdicts: list[RuleVerdict] = []
     with tempfile.TemporaryDirectory(prefix="dsh-verify-") as tmp:
         root = Path(tmp)
-        ini = _write_project(root, provider, settle_timeout)
+        ini = _write_project(root, provider, settle_timeout, profile)
+        _check_config(root, provider)
         for req_id in chosen:
             child = _run_rule(root, ini, tests[req_id], bound)
             verdict = _judge(req_id, child, bound)
@@ -401,7 +497,7 @@ def run_verify(
     _resolve_consequences(verdicts)
     failed = any(v.outcome == "failed" for v in verdicts)
     outcome = "failed" if failed else ("partial" if only else "passed")
-    return VerifyReport(outcome, _kit_version(), provider, settle_timeout, verdicts)
+    return VerifyReport(outcome, _kit_version(), provider, settle_timeout, verdicts, profile)
 
 
 def summary_line(report: VerifyReport) -> str:

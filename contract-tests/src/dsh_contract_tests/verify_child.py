@@ -11,24 +11,20 @@ did straight to it, one JSON line per event; it never goes through pytest's repo
 the ledger or the exit status, which code in the same process can rewrite.
 
 The writer is captured when the rules are defined, so rebinding this module's names
-later changes nothing. Code that sets out to forge the kit's own records from inside the
-process can still do so; the parent therefore trusts no single claim (see
+later changes nothing (the generated test module builds the provider with
+:mod:`dsh_contract_tests.verify_setup`). Code that sets out to forge the kit's own records
+from inside the process can still do so; the parent therefore trusts no single claim (see
 :mod:`dsh_contract_tests.verify`).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from collections.abc import Callable
 from typing import Any, Final
 
-from dsh_subagent import SubagentProvider
-
-from dsh_contract_tests.scenario import ChildSetup, ProviderFactory
-
-__all__ = ["CHANNEL_OPTION", "DETAIL_CHARS", "emit", "open_channel", "provider_factory_for"]
+__all__ = ["CHANNEL_OPTION", "DETAIL_CHARS", "emit", "open_channel"]
 
 CHANNEL_OPTION: Final = "--dsh-verify-channel"  # plugin.VERIFY_CHANNEL_OPTION
 """The option naming the inherited descriptor of a verify child's evidence channel."""
@@ -64,31 +60,3 @@ def _writer(sink: list[int]) -> Callable[[dict[str, Any]], None]:
 
 emit: Final = _writer(_SINK)
 """Write one record to the channel (nothing outside a verify child)."""
-
-
-def _load(spec: str) -> type[SubagentProvider]:
-    module_name, _, attr = spec.partition(":")
-    loaded: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        loaded = getattr(loaded, part)
-    if not isinstance(loaded, type) or not issubclass(loaded, SubagentProvider):
-        raise TypeError(f"{spec} is {loaded!r}, not a SubagentProvider subclass")
-    return loaded
-
-
-def provider_factory_for(spec: str) -> ProviderFactory:
-    """The factory of a verify run: the provider ``module:Class`` built from its ``Config``
-    with the kit's env overlay (and the cwd override when the kit sets one).
-
-    The provider's module is imported on the first call, inside a rule, never earlier.
-    """
-
-    def make(setup: ChildSetup) -> SubagentProvider:
-        cls: Any = _load(spec)
-        config: dict[str, Any] = {"env": dict(setup.env)}
-        if setup.cwd_override is not None:
-            config["cwd"] = setup.cwd_override
-        provider: SubagentProvider = cls(cls.Config.model_validate(config))
-        return provider
-
-    return make
