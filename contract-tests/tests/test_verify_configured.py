@@ -39,7 +39,7 @@ from pydantic import Field
 from acme_agent import AcmeAgentConfig, AcmeAgentProvider
 
 _CHILD = r"""
-import json, os, sys, urllib.error, urllib.request
+import base64, json, os, re, subprocess, sys, urllib.error, urllib.request
 print(json.dumps({"type": "ready"}), flush=True)
 task = json.loads(sys.stdin.readline())["task"]
 request = urllib.request.Request(
@@ -58,6 +58,15 @@ except urllib.error.HTTPError as error:
     message = error.read().decode("utf-8", "replace")
     print(json.dumps({"type": "error", "message": message}), flush=True)
     sys.exit(3)
+# The product's shell tool, for the kit's reach directive (the confinement rules): the
+# Chat Completions fixture answers such a task with its token, and the product runs the
+# command the task names, as a coding product's shell tool would, answering its output.
+found = re.search(r"dsh-contract/1 command ([A-Za-z0-9_-]+={0,2})", task)
+if found:
+    command = base64.urlsafe_b64decode(found.group(1)).decode()
+    ran = subprocess.run(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    text += "\n" + ran.stdout[-2000:]
 print(json.dumps({"type": "final", "text": text}), flush=True)
 """
 
@@ -135,7 +144,7 @@ def test_the_guides_profile_and_command_verify_a_configured_provider(project: Pa
     assert done.returncode == 0, out
     assert lines[-1] == (
         "dsh-contract verify PASSED acme-model (acme-agent 0.1.0, dsh-contract-tests 0.1.0): "
-        "all 35 rules ran, 9 skipped by the kit"
+        "all 39 rules ran, 9 skipped by the kit"
     ), out
     report = _report(project)
     assert sorted(r["id"] for r in report["rules"]) == _KIT_IDS

@@ -52,7 +52,11 @@ def test_the_product_profiles_name_their_home_and_wire(name: str) -> None:
         "codex.verify.toml": ("codex", "responses"),
         "claude-code.verify.toml": ("claude-code", "messages"),
     }[name]
-    assert profile.config == {"dispose_grace": 2.0, "continuation": True}
+    unattended = {"permission_mode": "bypassPermissions"} if name.startswith("claude") else {}
+    # Claude Code runs its Bash unattended for the confinement rules' attempts (as the
+    # in-repo contract module does); Codex's never mode already runs the commands.
+    assert profile.config == {"dispose_grace": 2.0, "continuation": True, **unattended}
+    assert profile.env == ({"IS_SANDBOX": "1"} if unattended else {})
 
 
 def test_json_is_read_too_and_the_defaults_ask_for_nothing(tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ def test_the_verify_run_passes_a_real_product_behind_a_loopback_model(
     assert status == 0, out
     assert lines[-1] == (
         f"dsh-contract verify PASSED {provider} ({distribution} 0.1.0, "
-        "dsh-contract-tests 0.1.0): all 35 rules ran"
+        "dsh-contract-tests 0.1.0): all 39 rules ran"
     ), out
     assert sorted(r["id"] for r in report["rules"]) == _KIT_IDS
     outcomes = {r["id"]: r["outcome"] for r in report["rules"]}

@@ -33,7 +33,7 @@ def test_kit_runs_green_in_a_fresh_venv_from_wheels(tmp_path: Path, kit_wheels: 
     assert len(summaries) == 1, done.stdout
     assert lines[-1] == (
         "dsh-contract verify PASSED example (dsh-example-provider 0.1.0, "
-        "dsh-contract-tests 0.1.0): all 35 rules ran, 9 skipped by the kit"
+        "dsh-contract-tests 0.1.0): all 39 rules ran, 9 skipped by the kit"
     ), done.stdout
     report = json.loads((work / "verify-report.json").read_text("utf-8"))
     kit_ids = sorted(i for i, r in REQUIREMENTS.items() if r.tier != "credentialed")
