@@ -121,6 +121,28 @@ class WarmPool:
         self._pending = 0
         self._settled = anyio.Event()
         self._settled.set()
+        self._watchers: list[Callable[[list[str]], None]] = []
+
+    def watch_idle(self, watcher: Callable[[list[str]], None]) -> None:
+        """Call ``watcher`` now and whenever the idle worktrees change, with the cwds runs
+        claiming them work in, the next claimed first (a ready product is prepared there)."""
+        self._watchers.append(watcher)
+        watcher(self.idle_cwds())
+
+    def idle_cwds(self) -> list[str]:
+        """Where runs claiming the idle worktrees work, the next claimed first (a claim
+        takes the last idle worktree)."""
+        return [slot.child_cwd() for pool in self._pools.values() for slot in reversed(pool.idle)]
+
+    def _announce(self) -> None:
+        # A claim is not announced: the ready product made for that worktree is the
+        # claiming run's, and the ready pool drops the key when the run claims it.
+        cwds = self.idle_cwds()
+        for watcher in self._watchers:
+            try:
+                watcher(cwds)
+            except Exception as exc:  # a watcher never breaks the pool
+                _log.error("dsh-worktree: an idle-worktree watcher failed: %r", exc)
 
     @property
     def active(self) -> bool:
@@ -149,6 +171,7 @@ class WarmPool:
             for pool in self._pools.values():
                 left = [*pool.idle, *pool.handed.values()]
                 pool.idle, pool.handed, pool.size = [], {}, 0
+                self._announce()
                 for slot in left:
                     pool.unwatch(slot.path)
                     await self._remove(pool.repo, slot, branch=slot.branch or None)
@@ -191,6 +214,7 @@ class WarmPool:
             # The base moved (a new commit on HEAD): old worktrees are replaced.
             pool.base = base
             stale, pool.idle = pool.idle, []
+            self._announce()
             pool.size -= len(stale)
             for slot in stale:
                 pool.unwatch(slot.path)
@@ -485,6 +509,7 @@ class WarmPool:
         status``; so it has none when a run claimed it while the walk went on: the watch
         would have missed what that run wrote before it was complete."""
         pool.idle.append(slot)
+        self._announce()
         with anyio.CancelScope(shield=True):  # an armed watch is never dropped unclosed
             watch = await anyio.to_thread.run_sync(TreeWatch.arm, slot.path)
         pool.unwatch(slot.path)

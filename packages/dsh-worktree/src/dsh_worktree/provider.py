@@ -28,6 +28,7 @@ from dsh_subagent import (
     Changes,
     ContinuationHandle,
     ProgressStream,
+    ReadyPool,
     ResolvedSubagentStartRequest,
     SubagentCapabilities,
     SubagentProvider,
@@ -337,6 +338,16 @@ class WorktreeProvider(SubagentProvider):
         """Wait until the warm pool's background work (filling, recycling) is done."""
         if self._pool is not None:
             await self._pool.wait_settled()
+
+    def hold_ready(self, pool: ReadyPool, progress_commands: bool) -> bool:
+        """Keep the inner provider's ready products (``pool``, the service's) in the warm
+        pool's idle worktrees, one each, the worktree handed out next first; returns
+        whether there is an open warm pool (without one every delegation starts cold)."""
+        warm = self._pool
+        if warm is None or not warm.active:
+            return False
+        warm.watch_idle(lambda cwds: pool.hold([(cwd, progress_commands) for cwd in cwds]))
+        return True
 
     def warm_count(self, repo: Repository) -> int:
         """How many ready worktrees the warm pool holds for the repository."""
