@@ -294,44 +294,80 @@ async def test_a_ready_claude_code_answered_the_sdk_initialize_before_its_task(
     assert host_descendants() == []
 
 
-async def test_an_isolated_claude_code_delegation_starts_cold_in_its_pooled_worktree(
+async def test_an_isolated_claude_code_delegation_claims_the_product_made_for_its_worktree(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Claude Code fixes its cwd at spawn, and each isolated delegation works in the
-    worktree the warm worktree pool hands it: no product is kept ready for an isolated
-    instance (whatever its ``warm``), each delegation spawns its CLI in its worktree."""
+    """Claude Code fixes its cwd at spawn (and the confinement's write rule names it): with
+    a warm worktree pool, the ready product is spawned in the idle worktree handed out
+    next, and the delegation that claims that worktree runs on it; its edit is committed
+    on its branch as a cold delegation's is (the next product killed while idle: a cold
+    start in its worktree). Closing leaves no product."""
+    from dsh_contract_tests.fixtures.messages import ToolUse
     from dsh_subprocess import ManagedProcess, StderrObserver
     from dsh_worktree import Worktree
+    from dsh_worktree._git import git
     from dsh_worktree.testing import private_git_env, scratch_repository
 
     for name, value in private_git_env(tmp_path / "git-home").items():
         monkeypatch.setenv(name, value)
     worktrees = tmp_path / "worktrees"
-    with _setup("claude-code", tmp_path) as setup:
-        repo = scratch_repository(setup.workspace / "repo")
-        inner = provider_of("claude-code", {**setup.config, "warm": 1})
+    with MessagesFixture(default=TextAnswer(ANSWER)) as fixture:
+        home = keyless_claude_home(tmp_path, fixture.base_url)
+        repo = scratch_repository(home.workspace / "repo")
+        config = {"env": dict(home.env), "warm": 1, "permission_mode": "acceptEdits"}
+        inner = provider_of("claude-code", config)
         spawned: list[str] = []
         spawn_product = inner.spawn
 
-        async def counting(spec: SpawnSpec, observer: StderrObserver) -> ManagedProcess:
+        async def recording(spec: SpawnSpec, observer: StderrObserver) -> ManagedProcess:
             spawned.append(spec.cwd or "")
             return await spawn_product(spec, observer)
 
-        monkeypatch.setattr(inner, "spawn", counting)
+        monkeypatch.setattr(inner, "spawn", recording)
         isolated = Worktree(warm=2, root=str(worktrees)).isolate(inner)
+        runs: list[tuple[SubagentResult, str]] = []
         async with isolated, SubagentService() as service:
             service.register_provider(isolated)
-            assert not service.keep_ready(inner.name, str(repo))
             await isolated.prewarm(str(repo))
-            results = [await _delegate(service, inner.name, repo) for _ in range(2)]
-            assert service.ready_pool(inner.name) is None
-    for result, _ in results:
+            assert service.keep_ready(inner.name, str(repo))
+            pool = service.ready_pool(inner.name)
+            assert pool is not None
+            for round_, kill in enumerate((False, True)):
+                with anyio.fail_after(DEADLINE):
+                    await isolated.wait_settled()  # the worktree handed out next is idle
+                    assert await pool.wait_ready(), "no product got ready"
+                (child,) = pool.idle
+                where = child.cwd
+                assert Path(where).parent.parent == worktrees  # <root>/<repository>/<id>
+                assert spawned[-1] == where  # spawned there, before any claim
+                if kill:
+                    os.kill(child.process.pid, signal.SIGKILL)
+                    await child.process.wait()
+                name = f"edit-{round_}.txt"
+                fixture.enqueue(
+                    ToolUse("Write", {"file_path": f"{where}/{name}", "content": "edited\n"}),
+                    TextAnswer(ANSWER),
+                )
+                result, _ = await _delegate(service, inner.name, repo)
+                assert not child.process.tree_alive()  # served one delegation, or was killed
+                runs.append((result, name))
+            assert (pool.stats.claimed, pool.stats.fallbacks, pool.stats.cold) == (1, 1, 1)
+    for result, name in runs:
         assert result.stop_reason == "completed", result.diagnostic
         assert result.text.endswith(ANSWER)
-        assert result.changes is not None
-    assert len(spawned) == 2  # one CLI per delegation, none ahead
-    assert all(Path(cwd).is_relative_to(worktrees) for cwd in spawned)
-    assert host_descendants() == []
+        changes = result.changes
+        assert changes is not None
+        assert changes.commit is not None
+        assert changes.branch
+        shown = await git(str(repo), "show", f"{changes.commit}:{name}")
+        assert shown.stdout == "edited\n"  # the run worked in the product's worktree
+    (ready, _), (cold, _) = runs
+    assert ready.changes is not None
+    assert cold.changes is not None
+    assert (ready.changes.files_changed, ready.changes.insertions) == (1, 1)
+    assert (cold.changes.files_changed, cold.changes.insertions) == (1, 1)
+    assert ready.changes.branch != cold.changes.branch
+    assert host_descendants() == []  # closing ended the product kept for the idle worktree
 
 
 def _guide_block() -> str:
