@@ -24,8 +24,14 @@ import anyio
 import psutil
 import pytest
 from acp_agent import codex_acp_or_skip
-from dsh_contract_tests.fixtures.messages import MessagesFixture, TextAnswer, keyless_claude_home
+from dsh_contract_tests.fixtures.messages import (
+    MessagesFixture,
+    TextAnswer,
+    ToolUse,
+    keyless_claude_home,
+)
 from dsh_contract_tests.fixtures.responses import (
+    FunctionCall,
     PlainAnswer,
     ResponsesFixture,
     codex_keyless_env,
@@ -294,15 +300,46 @@ async def test_a_ready_claude_code_answered_the_sdk_initialize_before_its_task(
     assert host_descendants() == []
 
 
-async def test_an_isolated_claude_code_delegation_claims_the_product_made_for_its_worktree(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@contextmanager
+def _editing(product: str, root: Path) -> Iterator[tuple[dict[str, Any], Path, Any]]:
+    """An instance whose model writes ``edited`` into a file named per delegation:
+    ``(config, workspace, edit(where, name))``, ``edit`` scripting the next delegation."""
+    if product == "codex":
+        with ResponsesFixture() as codex:
+            env = codex_keyless_env(root)
+            write_codex_config(env["CODEX_HOME"], codex.base_url)
+            workspace = root / "workspace"
+            workspace.mkdir()
+
+            def shell(where: str, name: str) -> None:
+                command = f"printf 'edited\\n' > {name}"  # in the product's cwd
+                call = FunctionCall((("exec_command", {"cmd": command}),), call_id=f"c-{name}")
+                codex.enqueue(call, PlainAnswer(ANSWER))
+
+            mode = "dangerously-bypass-approvals-and-sandbox"  # confinement: the default
+            yield {"env": env, "permission_mode": mode}, workspace, shell
+        return
+    with MessagesFixture(default=TextAnswer(ANSWER)) as claude:
+        home = keyless_claude_home(root, claude.base_url)
+
+        def write(where: str, name: str) -> None:
+            path = f"{where}/{name}"
+            claude.enqueue(ToolUse("Write", {"file_path": path, "content": "edited\n"}))
+            claude.enqueue(TextAnswer(ANSWER))
+
+        yield {"env": dict(home.env), "permission_mode": "acceptEdits"}, home.workspace, write
+
+
+@pytest.mark.parametrize("product", ["claude-code", "codex"])
+async def test_an_isolated_delegation_claims_the_product_made_for_its_pooled_worktree(
+    product: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Claude Code fixes its cwd at spawn (and the confinement's write rule names it): with
+    """Claude Code fixes its cwd at spawn, and under the default confinement every product
+    does (its write rule names the cwd): with
     a warm worktree pool, the ready product is spawned in the idle worktree handed out
     next, and the delegation that claims that worktree runs on it; its edit is committed
     on its branch as a cold delegation's is (the next product killed while idle: a cold
     start in its worktree). Closing leaves no product."""
-    from dsh_contract_tests.fixtures.messages import ToolUse
     from dsh_subprocess import ManagedProcess, StderrObserver
     from dsh_worktree import Worktree
     from dsh_worktree._git import git
@@ -311,11 +348,9 @@ async def test_an_isolated_claude_code_delegation_claims_the_product_made_for_it
     for name, value in private_git_env(tmp_path / "git-home").items():
         monkeypatch.setenv(name, value)
     worktrees = tmp_path / "worktrees"
-    with MessagesFixture(default=TextAnswer(ANSWER)) as fixture:
-        home = keyless_claude_home(tmp_path, fixture.base_url)
-        repo = scratch_repository(home.workspace / "repo")
-        config = {"env": dict(home.env), "warm": 1, "permission_mode": "acceptEdits"}
-        inner = provider_of("claude-code", config)
+    with _editing(product, tmp_path) as (config, workspace, edit):
+        repo = scratch_repository(workspace / "repo")
+        inner = provider_of(product, {**config, "warm": 1})
         spawned: list[str] = []
         spawn_product = inner.spawn
 
@@ -344,10 +379,7 @@ async def test_an_isolated_claude_code_delegation_claims_the_product_made_for_it
                     os.kill(child.process.pid, signal.SIGKILL)
                     await child.process.wait()
                 name = f"edit-{round_}.txt"
-                fixture.enqueue(
-                    ToolUse("Write", {"file_path": f"{where}/{name}", "content": "edited\n"}),
-                    TextAnswer(ANSWER),
-                )
+                edit(where, name)
                 result, _ = await _delegate(service, inner.name, repo)
                 assert not child.process.tree_alive()  # served one delegation, or was killed
                 runs.append((result, name))
