@@ -90,6 +90,8 @@ class _Pool:
     """Worktrees this pool owns: idle, claimed, being created or recycled."""
     filling: bool = False
     recycling: int = 0
+    waiting: int = 0
+    """Claims waiting for a worktree being recycled: the next idle ones are theirs."""
     """Worktrees being reset for reuse: a claim waits for one rather than check out."""
     handed: dict[str, ActiveWorktree] = field(default_factory=dict)
     """Worktrees handed to background work (reset or removal), by path: removed at close
@@ -132,7 +134,13 @@ class WarmPool:
     def idle_cwds(self) -> list[str]:
         """Where runs claiming the idle worktrees work, the next claimed first (a claim
         takes the last idle worktree)."""
-        return [slot.child_cwd() for pool in self._pools.values() for slot in reversed(pool.idle)]
+        # A worktree a waiting claim takes the moment it is idle gets no product: it could
+        # not be ready in time and would be ended unused.
+        return [
+            slot.child_cwd()
+            for pool in self._pools.values()
+            for slot in list(reversed(pool.idle))[pool.waiting :]
+        ]
 
     def _announce(self) -> None:
         # A claim is not announced: the ready product made for that worktree is the
@@ -356,8 +364,12 @@ class WarmPool:
                 back to the pool untouched).
         """
         pool = self._pool(repo, base)
-        while not pool.idle and pool.recycling and self.active:
-            await pool.returned.wait()  # a reset (~0.1 s) beats a checkout (seconds)
+        pool.waiting += 1
+        try:
+            while not pool.idle and pool.recycling and self.active:
+                await pool.returned.wait()  # a reset (~0.1 s) beats a checkout (seconds)
+        finally:
+            pool.waiting -= 1
         if not pool.idle:
             return None
         slot = pool.idle.pop()
