@@ -24,8 +24,14 @@ import anyio
 import psutil
 import pytest
 from acp_agent import codex_acp_or_skip
-from dsh_contract_tests.fixtures.messages import MessagesFixture, TextAnswer, keyless_claude_home
+from dsh_contract_tests.fixtures.messages import (
+    MessagesFixture,
+    TextAnswer,
+    ToolUse,
+    keyless_claude_home,
+)
 from dsh_contract_tests.fixtures.responses import (
+    FunctionCall,
     PlainAnswer,
     ResponsesFixture,
     codex_keyless_env,
@@ -294,44 +300,106 @@ async def test_a_ready_claude_code_answered_the_sdk_initialize_before_its_task(
     assert host_descendants() == []
 
 
-async def test_an_isolated_claude_code_delegation_starts_cold_in_its_pooled_worktree(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@contextmanager
+def _editing(product: str, root: Path) -> Iterator[tuple[dict[str, Any], Path, Any]]:
+    """An instance whose model writes ``edited`` into a file named per delegation:
+    ``(config, workspace, edit(where, name))``, ``edit`` scripting the next delegation."""
+    if product == "codex":
+        with ResponsesFixture() as codex:
+            env = codex_keyless_env(root)
+            write_codex_config(env["CODEX_HOME"], codex.base_url)
+            workspace = root / "workspace"
+            workspace.mkdir()
+
+            def shell(where: str, name: str) -> None:
+                command = f"printf 'edited\\n' > {name}"  # in the product's cwd
+                call = FunctionCall((("exec_command", {"cmd": command}),), call_id=f"c-{name}")
+                codex.enqueue(call, PlainAnswer(ANSWER))
+
+            mode = "dangerously-bypass-approvals-and-sandbox"  # confinement: the default
+            yield {"env": env, "permission_mode": mode}, workspace, shell
+        return
+    with MessagesFixture(default=TextAnswer(ANSWER)) as claude:
+        home = keyless_claude_home(root, claude.base_url)
+
+        def write(where: str, name: str) -> None:
+            path = f"{where}/{name}"
+            claude.enqueue(ToolUse("Write", {"file_path": path, "content": "edited\n"}))
+            claude.enqueue(TextAnswer(ANSWER))
+
+        yield {"env": dict(home.env), "permission_mode": "acceptEdits"}, home.workspace, write
+
+
+@pytest.mark.parametrize("product", ["claude-code", "codex"])
+async def test_an_isolated_delegation_claims_the_product_made_for_its_pooled_worktree(
+    product: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Claude Code fixes its cwd at spawn, and each isolated delegation works in the
-    worktree the warm worktree pool hands it: no product is kept ready for an isolated
-    instance (whatever its ``warm``), each delegation spawns its CLI in its worktree."""
+    """Claude Code fixes its cwd at spawn, and under the default confinement every product
+    does (its write rule names the cwd): with
+    a warm worktree pool, the ready product is spawned in the idle worktree handed out
+    next, and the delegation that claims that worktree runs on it; its edit is committed
+    on its branch as a cold delegation's is (the next product killed while idle: a cold
+    start in its worktree). Closing leaves no product."""
     from dsh_subprocess import ManagedProcess, StderrObserver
     from dsh_worktree import Worktree
+    from dsh_worktree._git import git
     from dsh_worktree.testing import private_git_env, scratch_repository
 
     for name, value in private_git_env(tmp_path / "git-home").items():
         monkeypatch.setenv(name, value)
     worktrees = tmp_path / "worktrees"
-    with _setup("claude-code", tmp_path) as setup:
-        repo = scratch_repository(setup.workspace / "repo")
-        inner = provider_of("claude-code", {**setup.config, "warm": 1})
+    with _editing(product, tmp_path) as (config, workspace, edit):
+        repo = scratch_repository(workspace / "repo")
+        inner = provider_of(product, {**config, "warm": 1})
         spawned: list[str] = []
         spawn_product = inner.spawn
 
-        async def counting(spec: SpawnSpec, observer: StderrObserver) -> ManagedProcess:
+        async def recording(spec: SpawnSpec, observer: StderrObserver) -> ManagedProcess:
             spawned.append(spec.cwd or "")
             return await spawn_product(spec, observer)
 
-        monkeypatch.setattr(inner, "spawn", counting)
+        monkeypatch.setattr(inner, "spawn", recording)
         isolated = Worktree(warm=2, root=str(worktrees)).isolate(inner)
+        runs: list[tuple[SubagentResult, str]] = []
         async with isolated, SubagentService() as service:
             service.register_provider(isolated)
-            assert not service.keep_ready(inner.name, str(repo))
             await isolated.prewarm(str(repo))
-            results = [await _delegate(service, inner.name, repo) for _ in range(2)]
-            assert service.ready_pool(inner.name) is None
-    for result, _ in results:
+            assert service.keep_ready(inner.name, str(repo))
+            pool = service.ready_pool(inner.name)
+            assert pool is not None
+            for round_, kill in enumerate((False, True)):
+                with anyio.fail_after(DEADLINE):
+                    await isolated.wait_settled()  # the worktree handed out next is idle
+                    assert await pool.wait_ready(), "no product got ready"
+                (child,) = pool.idle
+                where = child.cwd
+                assert Path(where).parent.parent == worktrees  # <root>/<repository>/<id>
+                assert spawned[-1] == where  # spawned there, before any claim
+                if kill:
+                    os.kill(child.process.pid, signal.SIGKILL)
+                    await child.process.wait()
+                name = f"edit-{round_}.txt"
+                edit(where, name)
+                result, _ = await _delegate(service, inner.name, repo)
+                assert not child.process.tree_alive()  # served one delegation, or was killed
+                runs.append((result, name))
+            assert (pool.stats.claimed, pool.stats.fallbacks, pool.stats.cold) == (1, 1, 1)
+    for result, name in runs:
         assert result.stop_reason == "completed", result.diagnostic
         assert result.text.endswith(ANSWER)
-        assert result.changes is not None
-    assert len(spawned) == 2  # one CLI per delegation, none ahead
-    assert all(Path(cwd).is_relative_to(worktrees) for cwd in spawned)
-    assert host_descendants() == []
+        changes = result.changes
+        assert changes is not None
+        assert changes.commit is not None
+        assert changes.branch
+        shown = await git(str(repo), "show", f"{changes.commit}:{name}")
+        assert shown.stdout == "edited\n"  # the run worked in the product's worktree
+    (ready, _), (cold, _) = runs
+    assert ready.changes is not None
+    assert cold.changes is not None
+    assert (ready.changes.files_changed, ready.changes.insertions) == (1, 1)
+    assert (cold.changes.files_changed, cold.changes.insertions) == (1, 1)
+    assert ready.changes.branch != cold.changes.branch
+    assert host_descendants() == []  # closing ended the product kept for the idle worktree
 
 
 def _guide_block() -> str:

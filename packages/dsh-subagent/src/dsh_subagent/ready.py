@@ -21,6 +21,10 @@ The rules (docs/rules.md):
 * ``ready:keyed``: a product is prepared for what a cold start fixes at spawn (the cwd,
   whether progress carries commands) and only claimed by a delegation with the same
   values; a continuation always starts cold.
+* ``ready:keyed`` for a wrapper that prepares the directories its runs work in (worktree
+  isolation's warm pool, :class:`HoldsReady`): the pool is *per key*, one product for
+  each directory the wrapper says is handed out next (:meth:`ReadyPool.hold`), claimed
+  only by the delegation working there; a delegation anywhere else starts cold.
 * ``ready:close-leaves-nothing``: closing the pool (the service's exit) ends every idle
   and every half-prepared product's whole tree; a host killed outright leaves none
   either (each tree has dsh-subprocess's host-death guard).
@@ -34,23 +38,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskGroup
 
-from dsh_subagent.errors import StartCancelledError
+from dsh_subagent.errors import StartCancelledError, SubagentError
 from dsh_subagent.product_child import ProductChild
+from dsh_subagent.workdir import resolve_child_cwd
 
 if TYPE_CHECKING:
     from dsh_subagent.budget import BudgetClock
     from dsh_subagent.product import ProductProvider
-    from dsh_subagent.types import ResolvedSubagentStartRequest, SubagentRun
+    from dsh_subagent.types import ResolvedSubagentStartRequest, SubagentProvider, SubagentRun
 
 __all__ = [
+    "HoldsReady",
     "ReadyKey",
     "ReadyPool",
     "ReadyStats",
@@ -87,6 +93,27 @@ class ReadyStats:
     failed: int = 0
 
 
+@runtime_checkable
+class HoldsReady(Protocol):
+    """A provider wrapping a product provider, whose runs work in directories it prepares
+    ahead (worktree isolation's warm pool): the service keeps the inner provider's ready
+    products in those directories through a per-key :class:`ReadyPool`."""
+
+    @property
+    def inner(self) -> SubagentProvider:
+        """The wrapped provider."""
+        ...
+
+    def hold_ready(self, pool: ReadyPool, progress_commands: bool) -> bool:
+        """Tell ``pool`` (:meth:`ReadyPool.hold`) the directories handed out next, now and
+        whenever they change; returns whether the wrapper prepares any."""
+        ...
+
+
+def _key_of(child: ProductChild) -> ReadyKey:
+    return (child.cwd, child.include_commands)
+
+
 def _alive(child: ProductChild) -> bool:
     # The guard's status report first (free); then the tree itself, for a product killed
     # so recently that its guard has not reported yet.
@@ -102,9 +129,20 @@ class ReadyPool:
     service's) and never raises into it.
     """
 
-    def __init__(self, provider: ProductProvider[Any], size: int, task_group: TaskGroup) -> None:
+    def __init__(
+        self,
+        provider: ProductProvider[Any],
+        size: int,
+        task_group: TaskGroup,
+        *,
+        per_key: bool = False,
+    ) -> None:
         self.provider = provider
         self.size = size
+        self.per_key = per_key
+        """One product for each key :meth:`hold` names, instead of ``size`` for one key."""
+        self._wanted: list[ReadyKey] = []
+        self._pending: set[ReadyKey] = set()
         self.stats = ReadyStats()
         self._task_group = task_group
         self._key: ReadyKey | None = None
@@ -125,14 +163,46 @@ class ReadyPool:
     async def wait_ready(self) -> bool:
         """Wait until the pool is full for its key, or no preparation is under way
         (one failed, or the pool closed); returns whether it is full."""
-        while len(self._idle) < self.size and self._preparing and not self._closed:
+        while len(self._idle) < self._target() and self._preparing and not self._closed:
             self._changed = anyio.Event()
             await self._changed.wait()
-        return len(self._idle) >= self.size
+        return len(self._idle) >= self._target()
+
+    def _target(self) -> int:
+        return len(self._wanted) if self.per_key else self.size
+
+    def _wants(self, key: ReadyKey) -> bool:
+        if not self.per_key:
+            return key == self._key
+        return key in self._wanted and all(_key_of(child) != key for child in self._idle)
+
+    def hold(self, keys: Sequence[ReadyKey]) -> None:
+        """Per-key pools: keep one product ready for each of the first ``size`` keys
+        (their cwds resolved as a start resolves them) and end the others' products."""
+        if self._closed or not self.per_key:
+            return
+        wanted: list[ReadyKey] = []
+        for cwd, commands in keys:
+            try:
+                resolved = resolve_child_cwd(self.provider.prefix, self.provider.config.cwd, cwd)
+            except SubagentError:
+                continue  # a delegation there fails with the cwd's own message
+            if (resolved, commands) not in wanted:
+                wanted.append((resolved, commands))
+        self._wanted = wanted[: self.size]
+        kept: list[ProductChild] = []
+        for child in self._idle:
+            if _key_of(child) in self._wanted:
+                kept.append(child)
+            else:
+                self._background(self._release_quietly, child)
+        self._idle = kept
+        self._stalled = False
+        self._refill()
 
     def prepare(self, key: ReadyKey) -> None:
         """Keep products ready for ``key`` from now on (a surface that knows its cwd)."""
-        if self._closed:
+        if self._closed or self.per_key:
             return
         if key != self._key:
             stale, self._idle = self._idle, []
@@ -147,9 +217,17 @@ class ReadyPool:
         cold); either way the pool refills for ``key`` in the background."""
         if self._closed:
             return None
-        self.prepare(key)
-        while self._idle:
-            child = self._idle.pop(0)
+        if self.per_key:
+            # The key's directory is taken: the wrapper names it again once it is idle.
+            self._wanted = [wanted for wanted in self._wanted if wanted != key]
+        else:
+            self.prepare(key)
+        while True:
+            found = [child for child in self._idle if _key_of(child) == key]
+            if not found:
+                break
+            child = found[0]
+            self._idle.remove(child)
             if _alive(child):
                 self.stats.claimed += 1
                 self._refill()
@@ -183,6 +261,16 @@ class ReadyPool:
     # -- background ---------------------------------------------------------------------
 
     def _refill(self) -> None:
+        if self.per_key:
+            for wanted in self._wanted:
+                if self._closed or self._stalled:
+                    return
+                if wanted in self._pending or not self._wants(wanted):
+                    continue
+                self._pending.add(wanted)
+                self._preparing += 1
+                self._background(self._prepare_one, wanted)
+            return
         key = self._key
         while (
             key is not None
@@ -226,11 +314,12 @@ class ReadyPool:
             )
         finally:
             self._scopes.discard(scope)
+            self._pending.discard(key)
             self._preparing -= 1
             self._changed.set()
         if child is None:
             return
-        if self._closed or key != self._key:
+        if self._closed or not self._wants(key):
             await self._release_quietly(child)
             return
         self.stats.prepared += 1

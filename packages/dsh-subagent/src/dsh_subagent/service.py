@@ -49,7 +49,7 @@ from dsh_subagent.events import (
 from dsh_subagent.observe import RunObservation, notify, observing_start, open_observations
 from dsh_subagent.product import ProductProvider
 from dsh_subagent.progress import ProgressStream
-from dsh_subagent.ready import ReadyPool, ready_pool_for
+from dsh_subagent.ready import HoldsReady, ReadyPool, ready_pool_for
 from dsh_subagent.structured import StructuredRun, check_output_schema
 from dsh_subagent.types import (
     ERROR,
@@ -426,7 +426,8 @@ class SubagentService:
         )
         self._starting += 1
         try:
-            with ready_pool_for(self._pool_of(name, provider, task_group)):
+            ready = self._pool_of(name, provider, task_group, request.progress_commands)
+            with ready_pool_for(ready):
                 inner = await provider.start(resolved)
         finally:
             self._starting -= 1
@@ -450,19 +451,31 @@ class SubagentService:
         return self._publish(name, inner, request.parent, task_group, observations)
 
     def _pool_of(
-        self, name: str, provider: SubagentProvider, task_group: TaskGroup
+        self,
+        name: str,
+        provider: SubagentProvider,
+        task_group: TaskGroup,
+        progress_commands: bool = False,
     ) -> ReadyPool | None:
+        # A wrapper that prepares its runs' directories (worktree isolation) gets a
+        # per-key pool of its inner product's ready products, one per such directory.
+        wrapper = provider if isinstance(provider, HoldsReady) else None
+        product = wrapper.inner if wrapper is not None else provider
         pool = self._pools.get(name)
-        if pool is not None and pool.provider is provider:
+        if pool is not None and pool.provider is product:
             return pool
-        if not isinstance(provider, ProductProvider) or self._closing:
+        if not isinstance(product, ProductProvider) or self._closing:
             return None
-        warm = provider.config.warm
-        if warm == 0 or not provider.offers_ready_starts:
+        warm = product.config.warm
+        if warm == 0 or not product.offers_ready_starts:
             return None
         if pool is not None:  # the name was registered again with another instance
+            del self._pools[name]
             task_group.start_soon(pool.aclose)
-        pool = self._pools[name] = ReadyPool(provider, warm, task_group)
+        pool = ReadyPool(product, warm, task_group, per_key=wrapper is not None)
+        if wrapper is not None and not wrapper.hold_ready(pool, progress_commands):
+            return None  # no directory is prepared ahead: every delegation starts cold
+        self._pools[name] = pool
         return pool
 
     def ready_pool(self, name: str) -> ReadyPool | None:
@@ -488,9 +501,15 @@ class SubagentService:
         if task_group is None or self._closing:
             raise RuntimeError("SubagentService is not running (use `async with service:`)")
         provider = self._providers.get(name)
-        pool = None if provider is None else self._pool_of(name, provider, task_group)
+        pool = (
+            None
+            if provider is None
+            else self._pool_of(name, provider, task_group, progress_commands)
+        )
         if pool is None:
             return False
+        if pool.per_key:
+            return True  # the wrapper names the directories (its warm worktrees)
         assert isinstance(provider, ProductProvider)
         try:
             resolved = resolve_child_cwd(provider.prefix, provider.config.cwd, cwd)

@@ -90,6 +90,8 @@ class _Pool:
     """Worktrees this pool owns: idle, claimed, being created or recycled."""
     filling: bool = False
     recycling: int = 0
+    waiting: int = 0
+    """Claims waiting for a worktree being recycled: the next idle ones are theirs."""
     """Worktrees being reset for reuse: a claim waits for one rather than check out."""
     handed: dict[str, ActiveWorktree] = field(default_factory=dict)
     """Worktrees handed to background work (reset or removal), by path: removed at close
@@ -121,6 +123,34 @@ class WarmPool:
         self._pending = 0
         self._settled = anyio.Event()
         self._settled.set()
+        self._watchers: list[Callable[[list[str]], None]] = []
+
+    def watch_idle(self, watcher: Callable[[list[str]], None]) -> None:
+        """Call ``watcher`` now and whenever the idle worktrees change, with the cwds runs
+        claiming them work in, the next claimed first (a ready product is prepared there)."""
+        self._watchers.append(watcher)
+        watcher(self.idle_cwds())
+
+    def idle_cwds(self) -> list[str]:
+        """Where runs claiming the idle worktrees work, the next claimed first (a claim
+        takes the last idle worktree)."""
+        # A worktree a waiting claim takes the moment it is idle gets no product: it could
+        # not be ready in time and would be ended unused.
+        return [
+            slot.child_cwd()
+            for pool in self._pools.values()
+            for slot in list(reversed(pool.idle))[pool.waiting :]
+        ]
+
+    def _announce(self) -> None:
+        # A claim is not announced: the ready product made for that worktree is the
+        # claiming run's, and the ready pool drops the key when the run claims it.
+        cwds = self.idle_cwds()
+        for watcher in self._watchers:
+            try:
+                watcher(cwds)
+            except Exception as exc:  # a watcher never breaks the pool
+                _log.error("dsh-worktree: an idle-worktree watcher failed: %r", exc)
 
     @property
     def active(self) -> bool:
@@ -149,6 +179,7 @@ class WarmPool:
             for pool in self._pools.values():
                 left = [*pool.idle, *pool.handed.values()]
                 pool.idle, pool.handed, pool.size = [], {}, 0
+                self._announce()
                 for slot in left:
                     pool.unwatch(slot.path)
                     await self._remove(pool.repo, slot, branch=slot.branch or None)
@@ -191,6 +222,7 @@ class WarmPool:
             # The base moved (a new commit on HEAD): old worktrees are replaced.
             pool.base = base
             stale, pool.idle = pool.idle, []
+            self._announce()
             pool.size -= len(stale)
             for slot in stale:
                 pool.unwatch(slot.path)
@@ -332,8 +364,12 @@ class WarmPool:
                 back to the pool untouched).
         """
         pool = self._pool(repo, base)
-        while not pool.idle and pool.recycling and self.active:
-            await pool.returned.wait()  # a reset (~0.1 s) beats a checkout (seconds)
+        pool.waiting += 1
+        try:
+            while not pool.idle and pool.recycling and self.active:
+                await pool.returned.wait()  # a reset (~0.1 s) beats a checkout (seconds)
+        finally:
+            pool.waiting -= 1
         if not pool.idle:
             return None
         slot = pool.idle.pop()
@@ -485,6 +521,7 @@ class WarmPool:
         status``; so it has none when a run claimed it while the walk went on: the watch
         would have missed what that run wrote before it was complete."""
         pool.idle.append(slot)
+        self._announce()
         with anyio.CancelScope(shield=True):  # an armed watch is never dropped unclosed
             watch = await anyio.to_thread.run_sync(TreeWatch.arm, slot.path)
         pool.unwatch(slot.path)

@@ -15,6 +15,7 @@ the run ended.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -28,6 +29,7 @@ from dsh_subagent import (
     Changes,
     ContinuationHandle,
     ProgressStream,
+    ReadyPool,
     ResolvedSubagentStartRequest,
     SubagentCapabilities,
     SubagentProvider,
@@ -197,6 +199,7 @@ class WorktreeProvider(SubagentProvider):
         self._inner = inner
         self._settings = settings if settings is not None else Worktree()
         self._pool: WarmPool | None = None
+        self._ready_watchers: list[Callable[[list[str]], None]] = []
 
     @property
     def inner(self) -> SubagentProvider:
@@ -304,6 +307,8 @@ class WorktreeProvider(SubagentProvider):
                 raise RuntimeError("this WorktreeProvider's warm pool is open already")
             self._pool = WarmPool(self._settings)
             await self._pool.open()
+            for watcher in self._ready_watchers:  # entered again: the same ready pools
+                self._pool.watch_idle(watcher)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -338,9 +343,25 @@ class WorktreeProvider(SubagentProvider):
         if self._pool is not None:
             await self._pool.wait_settled()
 
+    def hold_ready(self, pool: ReadyPool, progress_commands: bool) -> bool:
+        """Keep the inner provider's ready products (``pool``, the service's) in the warm
+        pool's idle worktrees, one each, the worktree handed out next first; returns
+        whether there is an open warm pool (without one every delegation starts cold)."""
+        warm = self._pool
+        if warm is None or not warm.active:
+            return False
+        watcher = functools.partial(_hold_in, pool, progress_commands)
+        self._ready_watchers.append(watcher)
+        warm.watch_idle(watcher)
+        return True
+
     def warm_count(self, repo: Repository) -> int:
         """How many ready worktrees the warm pool holds for the repository."""
         return self._pool.idle_count(repo) if self._pool is not None else 0
+
+
+def _hold_in(pool: ReadyPool, progress_commands: bool, cwds: list[str]) -> None:
+    pool.hold([(cwd, progress_commands) for cwd in cwds])
 
 
 class WorktreeRun:
