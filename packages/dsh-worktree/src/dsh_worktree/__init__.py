@@ -11,7 +11,7 @@ import logging
 
 from dsh_worktree.errors import WorktreeError
 from dsh_worktree.lifecycle import COMMIT_AUTHOR, COMMIT_EMAIL, commit_message
-from dsh_worktree.provider import WorktreeProvider, WorktreeRun, preflight
+from dsh_worktree.provider import Worktree, WorktreeProvider, WorktreeRun, preflight
 from dsh_worktree.recovery import (
     OwnedWorktree,
     Recovered,
@@ -21,7 +21,7 @@ from dsh_worktree.recovery import (
     recover_repository,
 )
 from dsh_worktree.repo import Repository, open_repository
-from dsh_worktree.settings import DEFAULT_BRANCH, MAX_WARM, Worktree, default_root
+from dsh_worktree.settings import DEFAULT_BRANCH, MAX_WARM, default_root
 from dsh_worktree.task import TASK_TRAILER, for_task
 
 logging.getLogger("dsh_worktree").addHandler(logging.NullHandler())

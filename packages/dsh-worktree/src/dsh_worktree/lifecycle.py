@@ -26,7 +26,7 @@ from dsh_subagent import Changes
 from dsh_worktree.errors import WorktreeError
 from dsh_worktree.owner import Owner, current_owner
 from dsh_worktree.repo import Repository, git_retrying, repository_lock
-from dsh_worktree.settings import Worktree
+from dsh_worktree.settings import WorktreeSettings
 from dsh_worktree.task import TASK_TRAILER, trailer_value
 
 __all__ = [
@@ -216,7 +216,7 @@ def collected_tip(path: str) -> str | None:
     return tip or None
 
 
-def _prepare_parent(repo: Repository, settings: Worktree, run_id: str) -> str:
+def _prepare_parent(repo: Repository, settings: WorktreeSettings, run_id: str) -> str:
     check_root(repo, settings.root_dir())
     parent = repository_dir(settings.root_dir(), repo)
     try:
@@ -250,7 +250,7 @@ def _mark_ready(active: ActiveWorktree) -> None:
 
 async def create(
     repo: Repository,
-    settings: Worktree,
+    settings: WorktreeSettings,
     base: str,
     branch: str | None,
     run_id: str,

@@ -72,7 +72,7 @@ from dsh_worktree.pooled import (
 )
 from dsh_worktree.recovery import announce_recovered, recover
 from dsh_worktree.repo import Repository, git_retrying, inspect_repository, repository_lock
-from dsh_worktree.settings import Worktree
+from dsh_worktree.settings import WorktreeSettings
 
 __all__ = ["WarmPool"]
 
@@ -113,7 +113,7 @@ class WarmPool:
     :meth:`close`, which removes every worktree the pool still holds.
     """
 
-    def __init__(self, settings: Worktree) -> None:
+    def __init__(self, settings: WorktreeSettings) -> None:
         self._settings = settings
         self._pools: dict[str, _Pool] = {}
         # A cwd -> its repository as seen from there, and its working tree's git directory.

@@ -59,15 +59,49 @@ from dsh_worktree.repo import (
     open_repository,
     resolve_base,
 )
-from dsh_worktree.settings import DEFAULT_BRANCH, Worktree
+from dsh_worktree.settings import DEFAULT_BRANCH, WorktreeSettings
 from dsh_worktree.task import branch_slug, current_task
 
-__all__ = ["START_FAILED", "WorktreeProvider", "WorktreeRun", "configured_cwd_of", "preflight"]
+__all__ = [
+    "START_FAILED",
+    "Worktree",
+    "WorktreeProvider",
+    "WorktreeRun",
+    "configured_cwd_of",
+    "preflight",
+]
 
 _log = logging.getLogger("dsh_worktree")
 
 START_FAILED: Final = "start-failed"
 """How a run that failed to start is recorded in its worktree's commit message."""
+
+
+class Worktree(WorktreeSettings):
+    """Run each delegation in a fresh git worktree of the cwd's repository, on a new branch.
+
+    Attributes:
+        base: The commit the worktree starts from (any ref git resolves: a branch, a tag,
+            a sha). Default: the ``HEAD`` of the repository the delegation's cwd is in.
+            Uncommitted changes of the main working tree are not part of the base.
+        branch: The new branch's name; ``{id}`` is replaced by the delegation's fresh id.
+            The branch must not exist yet.
+        root: The directory worktrees are created under (default: :func:`default_root`);
+            must be outside the repository's working tree. A relative path resolves
+            against the current directory when the settings are made.
+        keep: Keep the worktree after its changes were committed (default: remove it;
+            the branch always stays when it holds a commit).
+        warm: How many worktrees per repository a long-lived provider keeps checked out
+            and ready (0 to :data:`MAX_WARM`; default 0: every run checks out its own).
+            A run then claims a ready worktree with a few ref writes instead of a
+            checkout, and after collection the worktree is reset to the base in the
+            background and reused. Only while the provider is entered (``async with``);
+            see docs/worktrees.md.
+    """
+
+    def isolate(self, provider: SubagentProvider) -> WorktreeProvider:
+        """``provider`` with every run in its own worktree (:class:`WorktreeProvider`)."""
+        return WorktreeProvider(provider, self)
 
 
 def configured_cwd_of(provider: SubagentProvider) -> str | None:

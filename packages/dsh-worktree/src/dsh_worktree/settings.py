@@ -1,20 +1,16 @@
-"""``Worktree``: the isolation settings (what the Python API, the profile and the CLI take)."""
+"""The isolation settings' fields (what the Python API, the profile and the CLI take);
+:class:`~dsh_worktree.Worktree` adds ``isolate`` in the module of the wrapper it makes."""
 
 from __future__ import annotations
 
 import os
 import string
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
-if TYPE_CHECKING:
-    from dsh_subagent import SubagentProvider
-
-    from dsh_worktree.provider import WorktreeProvider
-
-__all__ = ["DEFAULT_BRANCH", "MAX_WARM", "Worktree", "default_root"]
+__all__ = ["DEFAULT_BRANCH", "MAX_WARM", "WorktreeSettings", "default_root"]
 
 DEFAULT_BRANCH: Final = "dsh/{id}"
 """The branch name pattern: ``{id}`` is the delegation's fresh id (12 hex digits)."""
@@ -33,27 +29,10 @@ def default_root() -> str:
     return os.path.join(cache, "dsh", "worktrees")
 
 
-class Worktree(BaseModel):
-    """Run each delegation in a fresh git worktree of the cwd's repository, on a new branch.
-
-    Attributes:
-        base: The commit the worktree starts from (any ref git resolves: a branch, a tag,
-            a sha). Default: the ``HEAD`` of the repository the delegation's cwd is in.
-            Uncommitted changes of the main working tree are not part of the base.
-        branch: The new branch's name; ``{id}`` is replaced by the delegation's fresh id.
-            The branch must not exist yet.
-        root: The directory worktrees are created under (default: :func:`default_root`);
-            must be outside the repository's working tree. A relative path resolves
-            against the current directory when the settings are made.
-        keep: Keep the worktree after its changes were committed (default: remove it;
-            the branch always stays when it holds a commit).
-        warm: How many worktrees per repository a long-lived provider keeps checked out
-            and ready (0 to :data:`MAX_WARM`; default 0: every run checks out its own).
-            A run then claims a ready worktree with a few ref writes instead of a
-            checkout, and after collection the worktree is reset to the base in the
-            background and reused. Only while the provider is entered (``async with``);
-            see docs/worktrees.md.
-    """
+class WorktreeSettings(BaseModel):
+    """The isolation settings' fields and their checks: what the worktree lifecycle and the
+    warm pool read. :class:`~dsh_worktree.Worktree` is these plus ``isolate`` (documented
+    there); this base keeps the lower modules free of the isolation wrapper."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     base: str = Field(default="HEAD", min_length=1)
@@ -96,9 +75,3 @@ class Worktree(BaseModel):
     def root_dir(self) -> str:
         """The configured root, or :func:`default_root`."""
         return self.root if self.root is not None else default_root()
-
-    def isolate(self, provider: SubagentProvider) -> WorktreeProvider:
-        """``provider`` with every run in its own worktree (:class:`WorktreeProvider`)."""
-        from dsh_worktree.provider import WorktreeProvider
-
-        return WorktreeProvider(provider, self)
