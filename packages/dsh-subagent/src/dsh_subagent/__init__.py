@@ -4,7 +4,7 @@ import logging
 
 from dsh_subagent.budget import DEADLINE_EXCEEDED, IDLE_TIMEOUT, Budget, BudgetCategory
 from dsh_subagent.cancel import CancelController, CancelSignal
-from dsh_subagent.changes import Changes, Isolation, render_changes
+from dsh_subagent.changes import Changes, render_changes
 from dsh_subagent.config_fields import (
     DEFAULT_DISPOSE_GRACE,
     DEFAULT_RESPONSE_TIMEOUT,
@@ -37,7 +37,7 @@ from dsh_subagent.continuation import (
     ContinuationHandle,
     ContinuationIds,
 )
-from dsh_subagent.delegate import delegate, delegate_sync
+from dsh_subagent.delegate import Isolation, delegate, delegate_sync
 from dsh_subagent.diagnostics import (
     DIAGNOSTIC_TRUNCATED_SUFFIX,
     MAX_SUBAGENT_DIAGNOSTIC_BYTES,

@@ -3,20 +3,15 @@
 dsh-subagent knows nothing about how a run is isolated (no version control here): an
 isolation layer (for example dsh-worktree, a git worktree per delegation) fills
 :attr:`SubagentResult.changes <dsh_subagent.SubagentResult.changes>`; without isolation
-the field is ``None``. :class:`Isolation` is what :func:`~dsh_subagent.delegate` accepts:
-anything that wraps a provider into an isolated one.
+the field is ``None``. What wraps a provider into an isolated one is
+:class:`~dsh_subagent.Isolation` (beside :func:`~dsh_subagent.delegate`, which accepts it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
-
 from pydantic import BaseModel, ConfigDict, NonNegativeInt
 
-if TYPE_CHECKING:
-    from dsh_subagent.types import SubagentProvider
-
-__all__ = ["Changes", "Isolation", "render_changes"]
+__all__ = ["Changes", "render_changes"]
 
 
 class Changes(BaseModel):
@@ -63,16 +58,3 @@ def render_changes(changes: Changes) -> str:
         f"changed, {changes.insertions} insertions(+), {changes.deletions} deletions(-)), "
         f"commit {changes.commit[:12]}"
     )
-
-
-@runtime_checkable
-class Isolation(Protocol):
-    """Wraps a provider so that each of its runs works in isolation.
-
-    The wrapped provider keeps the inner provider's name, capabilities and behaviour and
-    fills ``changes`` on every result.
-    """
-
-    def isolate(self, provider: SubagentProvider) -> SubagentProvider:
-        """The isolated provider around ``provider`` (constructing it starts nothing)."""
-        ...

@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Protocol, runtime_checkable
 
 import anyio
 from pydantic import BaseModel, JsonValue
 
 from dsh_subagent.budget import Budget
 from dsh_subagent.cancel import CancelSignal
-from dsh_subagent.changes import Isolation
 from dsh_subagent.continuation import ContinuationHandle
 from dsh_subagent.errors import SubagentError, SubagentErrorCode
 from dsh_subagent.progress import ProgressListener
@@ -32,9 +31,22 @@ from dsh_subagent.types import (
     TextBlock,
 )
 
-__all__ = ["delegate", "delegate_sync"]
+__all__ = ["Isolation", "delegate", "delegate_sync"]
 
 DELEGATE_SESSION_PREFIX: Final = "delegate-"
+
+
+@runtime_checkable
+class Isolation(Protocol):
+    """Wraps a provider so that each of its runs works in isolation.
+
+    The wrapped provider keeps the inner provider's name, capabilities and behaviour and
+    fills ``changes`` on every result.
+    """
+
+    def isolate(self, provider: SubagentProvider) -> SubagentProvider:
+        """The isolated provider around ``provider`` (constructing it starts nothing)."""
+        ...
 
 
 async def delegate(

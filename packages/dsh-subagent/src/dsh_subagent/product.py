@@ -77,13 +77,12 @@ from dsh_subagent.lines import (
 from dsh_subagent.observe import report_stage
 from dsh_subagent.product_child import RESPONSE_TIMEOUT, Launch, ProductChild, failure_of
 from dsh_subagent.product_output import ProductOutputHooks
-from dsh_subagent.product_ready import ProductReadyHooks
+from dsh_subagent.product_ready import ProductReadyHooks, claim_ready, publish_claimed
 from dsh_subagent.product_rollback import Cancelled, roll_back
 from dsh_subagent.product_stderr import stderr_logger
 from dsh_subagent.progress import ProgressStream
 from dsh_subagent.provider_base import OutOfProcessProvider
 from dsh_subagent.publication import Once, RunState, publish_run
-from dsh_subagent.ready import claim_ready, publish_claimed
 from dsh_subagent.structured import output_json_schema
 from dsh_subagent.task import one_shot_task_texts
 from dsh_subagent.types import (

@@ -8,15 +8,52 @@ ahead than ``open()`` does for a cold start (the Claude Agent SDK's ``initialize
 which ``query()`` sends with the prompt) does it in :meth:`ProductReadyHooks.open_ahead`
 and keeps what it opened in :attr:`~dsh_subagent.ProductChild.state`, released by
 :meth:`ProductReadyHooks.release_state` on every path.
+
+Here too is the claim side of a ready start, what ``ProductProvider.start()`` calls: the
+pool the service set (:func:`ready_pool_for`), :func:`claim_ready` and
+:func:`publish_claimed`. The pool itself (:class:`~dsh_subagent.ready.ReadyPool`) sits
+above :mod:`.product`; here it is seen through :class:`ClaimingPool`.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import ClassVar, Protocol
 
+import anyio
+
+from dsh_subagent.budget import BudgetClock
+from dsh_subagent.errors import StartCancelledError
 from dsh_subagent.product_child import ProductChild
+from dsh_subagent.product_seam import ProductSeam
+from dsh_subagent.types import ResolvedSubagentStartRequest, SubagentRun
 
-__all__ = ["ProductReadyHooks"]
+__all__ = [
+    "ClaimingPool",
+    "ProductReadyHooks",
+    "ReadyKey",
+    "claim_ready",
+    "publish_claimed",
+    "ready_pool_for",
+    "release_unclaimed",
+]
+
+ReadyKey = tuple[str, bool]
+"""What a ready product is prepared for: (the cwd, whether progress carries commands)."""
+
+
+class ClaimingPool(Protocol):
+    """What a provider's start sees of the service's pool (a ``ReadyPool``)."""
+
+    @property
+    def provider(self) -> object: ...
+
+    def claim(self, key: ReadyKey) -> ProductChild | None: ...
+
+
+_current: ContextVar[ClaimingPool | None] = ContextVar("dsh_ready_pool", default=None)
 
 
 class ProductReadyHooks:
@@ -48,3 +85,47 @@ class ProductReadyHooks:
         bound its awaits. The default does nothing.
         """
         del child
+
+
+def claim_ready(provider: object, key: ReadyKey) -> ProductChild | None:
+    """The ready product the running service holds for ``provider`` and ``key``, if any."""
+    pool = _current.get()
+    if pool is None or pool.provider is not provider:
+        return None
+    return pool.claim(key)
+
+
+@contextlib.contextmanager
+def ready_pool_for(pool: ClaimingPool | None) -> Iterator[None]:
+    """Make ``pool`` the one ``provider.start()`` claims from (the service's seam)."""
+    token = _current.set(pool)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+async def release_unclaimed(provider: ProductSeam, child: ProductChild) -> None:
+    """End a ready product that serves no delegation."""
+    # What open_ahead() opened stops before the tree is ended: a product ended while idle
+    # is no failure to report (the SDK would log the CLI's SIGTERM exit as one).
+    await provider.release_state(child)
+    await provider._release(child)
+
+
+async def publish_claimed(
+    provider: ProductSeam,
+    request: ResolvedSubagentStartRequest,
+    child: ProductChild,
+    texts: list[str],
+    clock: BudgetClock,
+) -> SubagentRun:
+    """Hand a claimed product its one delegation where a cold start stands after
+    ``open()``: the task, the budget's idle clock, then the cold start's publication."""
+    if request.cancel.aborted:
+        with anyio.CancelScope(shield=True):
+            await release_unclaimed(provider, child)
+        raise StartCancelledError(provider._cancelled_message())
+    child.task_texts = tuple(texts)
+    clock.attach(child.lines)
+    return provider._publish(request, child, clock)

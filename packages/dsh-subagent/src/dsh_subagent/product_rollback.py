@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import anyio
 
@@ -19,9 +19,9 @@ from dsh_subagent.errors import (
     SubagentErrorCode,
 )
 from dsh_subagent.product_child import ProductChild, failure_of
+from dsh_subagent.product_seam import ProductSeam
 
 if TYPE_CHECKING:
-    from dsh_subagent.product import ProductProvider
     from dsh_subagent.types import ResolvedSubagentStartRequest
 
 __all__ = ["Cancelled", "roll_back"]
@@ -32,7 +32,7 @@ class Cancelled(Exception):
 
 
 async def roll_back(
-    provider: ProductProvider[Any],
+    provider: ProductSeam,
     child: ProductChild | None,
     error: BaseException,
     request: ResolvedSubagentStartRequest,

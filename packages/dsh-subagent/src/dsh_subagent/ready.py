@@ -30,7 +30,8 @@ The rules (docs/rules.md):
   either (each tree has dsh-subprocess's host-death guard).
 
 The pool reaches the provider through a context variable the service sets around
-``provider.start()``: the provider's ``start()`` signature stays the plugin contract's.
+``provider.start()`` (:func:`~dsh_subagent.product_ready.ready_pool_for`): the provider's
+``start()`` signature stays the plugin contract's.
 """
 
 from __future__ import annotations
@@ -38,40 +39,32 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskGroup
 
-from dsh_subagent.errors import StartCancelledError, SubagentError
+from dsh_subagent.errors import SubagentError
+from dsh_subagent.product import ProductProvider
 from dsh_subagent.product_child import ProductChild
+from dsh_subagent.product_ready import ReadyKey, ready_pool_for, release_unclaimed
 from dsh_subagent.workdir import resolve_child_cwd
 
 if TYPE_CHECKING:
-    from dsh_subagent.budget import BudgetClock
-    from dsh_subagent.product import ProductProvider
-    from dsh_subagent.types import ResolvedSubagentStartRequest, SubagentProvider, SubagentRun
+    from dsh_subagent.types import SubagentProvider
 
 __all__ = [
     "HoldsReady",
     "ReadyKey",
     "ReadyPool",
     "ReadyStats",
-    "claim_ready",
     "prepare_product",
-    "publish_claimed",
     "ready_pool_for",
 ]
 
 _log = logging.getLogger("dsh_subagent")
-
-ReadyKey = tuple[str, bool]
-"""What a ready product is prepared for: (the cwd, whether progress carries commands)."""
-
-_current: ContextVar[ReadyPool | None] = ContextVar("dsh_ready_pool", default=None)
 
 
 @dataclass
@@ -329,29 +322,11 @@ class ReadyPool:
     async def _release_quietly(self, child: ProductChild) -> None:
         with anyio.CancelScope(shield=True):
             try:
-                await _release_unclaimed(self.provider, child)
+                await release_unclaimed(self.provider, child)
             except Exception as exc:
                 _log.error(
                     "%s: ending a ready product's tree failed: %r", self.provider.prefix, exc
                 )
-
-
-def claim_ready(provider: ProductProvider[Any], key: ReadyKey) -> ProductChild | None:
-    """The ready product the running service holds for ``provider`` and ``key``, if any."""
-    pool = _current.get()
-    if pool is None or pool.provider is not provider:
-        return None
-    return pool.claim(key)
-
-
-@contextlib.contextmanager
-def ready_pool_for(pool: ReadyPool | None) -> Iterator[None]:
-    """Make ``pool`` the one ``provider.start()`` claims from (the service's seam)."""
-    token = _current.set(pool)
-    try:
-        yield
-    finally:
-        _current.reset(token)
 
 
 async def prepare_product(provider: ProductProvider[Any], key: ReadyKey) -> ProductChild:
@@ -381,31 +356,6 @@ async def prepare_product(provider: ProductProvider[Any], key: ReadyKey) -> Prod
             if child is None:
                 scratch.remove()
             else:
-                await _release_unclaimed(provider, child)
+                await release_unclaimed(provider, child)
         raise
     return child
-
-
-async def _release_unclaimed(provider: ProductProvider[Any], child: ProductChild) -> None:
-    # What open_ahead() opened stops before the tree is ended: a product ended while idle
-    # is no failure to report (the SDK would log the CLI's SIGTERM exit as one).
-    await provider.release_state(child)
-    await provider._release(child)
-
-
-async def publish_claimed(
-    provider: ProductProvider[Any],
-    request: ResolvedSubagentStartRequest,
-    child: ProductChild,
-    texts: list[str],
-    clock: BudgetClock,
-) -> SubagentRun:
-    """Hand a claimed product its one delegation where a cold start stands after
-    ``open()``: the task, the budget's idle clock, then the cold start's publication."""
-    if request.cancel.aborted:
-        with anyio.CancelScope(shield=True):
-            await _release_unclaimed(provider, child)
-        raise StartCancelledError(provider._cancelled_message())
-    child.task_texts = tuple(texts)
-    clock.attach(child.lines)
-    return provider._publish(request, child, clock)

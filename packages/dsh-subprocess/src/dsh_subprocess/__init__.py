@@ -15,7 +15,7 @@ from ._guard_server import GUARD_PATH, guard_server_pid, shutdown_guard_server
 from ._hostexit import kill_all_trees_now
 from ._spawn import spawn
 from ._stderr import StderrObserver
-from ._until_exit import StdoutUntilExit
+from ._until_exit import ExitingProcess, StdoutUntilExit
 from .confinement import (
     DEVICE_PATHS,
     PTY_PATHS,
@@ -61,6 +61,7 @@ __all__ = [
     "DshSubprocessError",
     "EffectiveConfinement",
     "ExitFacts",
+    "ExitingProcess",
     "InvalidCwdError",
     "ManagedProcess",
     "SpawnError",

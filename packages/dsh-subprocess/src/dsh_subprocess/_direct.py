@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
@@ -30,10 +30,10 @@ from .errors import ConfinementUnavailableError, SpawnError
 from .process import ManagedProcess, adopt
 from .spec import SpawnSpec
 
-if TYPE_CHECKING:
-    from ._spawn import GuardMode
+__all__ = ["PORTABLE_GUARD_PATH", "GuardMode", "spawn_direct"]
 
-__all__ = ["PORTABLE_GUARD_PATH", "spawn_direct"]
+GuardMode = Literal["linux", "portable"]
+"""The guard a guarded spawn gets: ``_guard.py`` (Linux) or ``_portable_guard.py``."""
 
 PORTABLE_GUARD_PATH = str(Path(__file__).with_name("_portable_guard.py"))
 LANDLOCK_PATH = str(Path(__file__).with_name("_landlock.py"))

@@ -13,10 +13,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Literal
 
 from . import _guard_server, confinement
-from ._direct import spawn_direct
+from ._direct import GuardMode, spawn_direct
 from ._served import spawn_served
 from ._stderr import StderrObserver
 from .cwd import probe_cwd
@@ -30,8 +29,6 @@ __all__ = ["spawn"]
 
 GUARD_MODE_VARIABLE = "DSH_SUBPROCESS_GUARD"
 """The host environment setting that picks the guard: ``auto`` (default) or ``portable``."""
-
-GuardMode = Literal["linux", "portable"]
 
 
 def guard_mode() -> GuardMode | None:

@@ -7,15 +7,27 @@ already in the pipe: a short drain window after the exit is enough to deliver it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 import anyio.abc
 
-if TYPE_CHECKING:
-    from .process import ManagedProcess
+from .facts import ExitFacts
 
-__all__ = ["StdoutUntilExit"]
+__all__ = ["ExitingProcess", "StdoutUntilExit"]
+
+
+class ExitingProcess(Protocol):
+    """What the stream watches of its product (a ``ManagedProcess``): its exit.
+
+    A protocol, not ``ManagedProcess`` itself, so that ``process`` (which builds this
+    stream) stays the only one of the two to import the other.
+    """
+
+    @property
+    def exit_facts(self) -> ExitFacts | None: ...
+
+    async def wait(self) -> ExitFacts: ...
 
 
 class StdoutUntilExit(anyio.abc.ByteReceiveStream):
@@ -32,7 +44,7 @@ class StdoutUntilExit(anyio.abc.ByteReceiveStream):
     """
 
     def __init__(
-        self, process: ManagedProcess, stdout: anyio.abc.ByteReceiveStream, drain: float
+        self, process: ExitingProcess, stdout: anyio.abc.ByteReceiveStream, drain: float
     ) -> None:
         self._process = process
         self._stdout = stdout

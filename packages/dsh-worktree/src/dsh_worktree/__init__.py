@@ -21,7 +21,7 @@ from dsh_worktree.recovery import (
     recover_repository,
 )
 from dsh_worktree.repo import Repository, open_repository
-from dsh_worktree.settings import DEFAULT_BRANCH, MAX_WARM, default_root
+from dsh_worktree.settings import DEFAULT_BRANCH, MAX_WARM, WorktreeSettings, default_root
 from dsh_worktree.task import TASK_TRAILER, for_task
 
 logging.getLogger("dsh_worktree").addHandler(logging.NullHandler())
@@ -39,6 +39,7 @@ __all__ = [
     "WorktreeError",
     "WorktreeProvider",
     "WorktreeRun",
+    "WorktreeSettings",
     "commit_message",
     "default_root",
     "for_task",
