@@ -66,7 +66,7 @@ if found:
     command = base64.urlsafe_b64decode(found.group(1)).decode()
     ran = subprocess.run(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    text += "\n" + ran.stdout[-2000:]
+    text += "\\n" + ran.stdout[-2000:]
 print(json.dumps({"type": "final", "text": text}), flush=True)
 """
 
