@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import secrets as _secrets
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,7 +36,7 @@ from dsh_contract_tests import rules
 from dsh_contract_tests.failures import ContractViolation, requirement
 from dsh_contract_tests.guard import bind_overrides, check_no_silent_opt_out
 from dsh_contract_tests.harness import ContractHarness, describe_ready_file, wait_ready_file
-from dsh_contract_tests.manifest import REQUIREMENT_MARKER, REQUIREMENTS
+from dsh_contract_tests.manifest import REQUIREMENT_MARKER
 from dsh_contract_tests.scenario import ChildSetup, ProviderFactory
 
 __all__ = [
@@ -116,10 +117,13 @@ class ProviderContract:
     def contract(
         self,
         provider_factory: ProviderFactory,
-        tmp_path: Path,
+        tmp_path_factory: pytest.TempPathFactory,
         monkeypatch: pytest.MonkeyPatch,
     ) -> Iterator[ContractHarness]:
         """The per-test harness."""
+        # A root of random name, not the test's own tmp_path: that path names the test
+        # (and a probe's would name its rule), which a provider could tell the rule by.
+        tmp_path = tmp_path_factory.mktemp(_secrets.token_hex(6), numbered=False)
         _check_settle_timeout(type(self), self.settle_timeout)  # a property, an instance value
 
         def harness(root: Path, patch: pytest.MonkeyPatch) -> ContractHarness:
@@ -138,7 +142,7 @@ class ProviderContract:
             built.root.mkdir()
             return built
 
-        made = harness(tmp_path / "contract", monkeypatch)
+        made = harness(tmp_path / _secrets.token_hex(6), monkeypatch)
         yield made
         made.watch.kill_leftovers()
 
@@ -334,7 +338,7 @@ async def _probe(
     token = _IN_PROBE.set(True)
     try:
         with pytest.MonkeyPatch.context() as patch:
-            probe = harness(tmp_path / f"probe-{REQUIREMENTS[rule_id].anchor}", patch)
+            probe = harness(tmp_path / _secrets.token_hex(6), patch)
             try:
                 await rule(test, probe)
             except ContractViolation as violation:

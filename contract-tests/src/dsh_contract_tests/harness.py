@@ -199,11 +199,12 @@ class ContractHarness:
     own_failure: Callable[[str], None] = lambda rule_id: None
     watch: ProcessWatch = field(default_factory=ProcessWatch)
     overlay_credential_name: str = field(default_factory=_overlay_credential_name, init=False)
-    _count: int = 0
 
     def _dir(self, name: str) -> Path:
-        self._count += 1
-        path = self.root / f"{self._count:03d}-{name}"
+        # Random names: a fixed one ("setup", "workspace") in every HOME or cwd would
+        # tell a kit run. ``name`` says what the directory is for, at the call site.
+        del name
+        path = self.root / _secrets.token_hex(6)
         path.mkdir(parents=True)
         return path
 

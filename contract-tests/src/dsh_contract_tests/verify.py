@@ -484,7 +484,8 @@ def run_verify(
     testing.become_subreaper()
     bound = max(600.0, 10 * settle_timeout)
     verdicts: list[RuleVerdict] = []
-    with tempfile.TemporaryDirectory(prefix="dsh-verify-") as tmp:
+    # No prefix of the kit's own: every path a rule's product sees lies beneath it.
+    with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ini = _write_project(root, provider, settle_timeout, profile)
         _check_config(root, provider)
