@@ -32,6 +32,11 @@ with its 95 % interval):
 * 11.8 → 16.7 (60 pairs): ``never`` 1.046, 1.041 (0.96–1.10); bypass 1.063, 1.062
   (0.99–1.10).
 
+* quiet machine, load average 1.2 → 3.4 (100 pairs, 2026-12-05 15:50): ``never`` 1.019,
+  1.010 (0.98–1.05); bypass 1.004, 1.026 (0.98–1.07); 40 pairs at load 0.5 → 1.2:
+  ``never`` 1.056, 1.016 (0.97–1.08); bypass 0.994, 0.983 (0.96–1.02). Every phase but
+  the spawn is the same on both sides; the spawn is 1.2–2.5 ms longer confined.
+
 ``never`` costs what bypass costs. The spread is the machine's: two identical unconfined
 instances, interleaved over 30 pairs at load 29, gave 0.85. Measures that the load does
 not blur (same day, diagnostic patches, not in this script): the user + system CPU of the
