@@ -52,7 +52,7 @@ def short_root() -> Iterator[Path]:
 def outside(short_root: Path) -> tuple[Path, list[str]]:
     """The clean venv's Python and the distributions built for it."""
     names = build_wheels(short_root / "dist")
-    python = make_venv(short_root / "venv", short_root / "dist", ["ray[data]"] if RAY else [])
+    python = make_venv(short_root / "venv", short_root / "dist", ray=RAY)
     return python, names
 
 

@@ -24,7 +24,6 @@ import tempfile
 import threading
 import tomllib
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,14 +88,19 @@ def build_wheels(dist: Path) -> list[str]:
     return names
 
 
-def make_venv(venv: Path, dist: Path, extra: Iterable[str] = ()) -> Path:
-    """A new venv with every wheel of ``dist`` and ``extra`` from the index, via pip."""
+def make_venv(venv: Path, dist: Path, *, ray: bool) -> Path:
+    """A new venv with every wheel of ``dist``, via pip; with ``ray``, as docs/batch.md
+    says for a Ray Data pipeline: ``dsh-batch[ray]`` and ``ray[data]`` from the index."""
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=_TIMEOUT)
     python = venv / "bin" / "python"
-    wheels = sorted(str(path) for path in dist.glob("*.whl"))
+    batch = BATCH.replace("-", "_") + "-"
+    wheels = [
+        f"{path}[ray]" if ray and path.name.startswith(batch) else str(path)
+        for path in sorted(dist.glob("*.whl"))
+    ]
     done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", *wheels, *extra],
+        [str(python), "-m", "pip", "install", "-q", *wheels, *(["ray[data]"] if ray else [])],
         capture_output=True,
         text=True,
         timeout=_TIMEOUT,
@@ -234,7 +238,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="bo-", dir="/tmp"))
     dist, venv = root / "dist", root / "venv"
     print("built:", ", ".join(build_wheels(dist)))
-    python = make_venv(venv, dist, [] if args.no_ray else ["ray[data]"])
+    python = make_venv(venv, dist, ray=not args.no_ray)
     shown = subprocess.run(
         [str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True
     )
