@@ -262,6 +262,14 @@ def _marked(marker: str) -> list[psutil.Process]:
     return alive
 
 
+def _name(proc: psutil.Process) -> str:
+    """The process's name, or "" for one that has exited since it was listed."""
+    try:
+        return proc.name()
+    except psutil.Error:
+        return ""
+
+
 # The test plays the user's shell: dsh is started the way a terminal starts it.
 _Dsh = subprocess.Popen[str]  # noqa: TID251 - the dsh executable, not a product
 
@@ -297,7 +305,7 @@ def test_ctrl_c_cancels_every_run_exits_130_leaves_nothing_and_the_batch_resumes
             proc,
             "the quick task was recorded",
         )
-        running = [p for p in _marked(marker) if p.name() == "codex"]
+        running = [p for p in _marked(marker) if _name(p) == "codex"]
         # The two held runs, and up to min(--concurrency, 4) products kept ready beside
         # them (docs/harness.md, "Ready products"): the interrupt must end them all.
         assert 2 <= len(running) <= 2 + 3, running

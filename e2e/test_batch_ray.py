@@ -426,10 +426,15 @@ def _wait(proc: Dsh, until: Any, what: str) -> None:
 
 
 def _held_product() -> psutil.Process:
-    """The example child that holds its task (the one with a grandchild)."""
+    """The example child that holds its task (the one with a grandchild) under a Ray
+    worker: other tests of the suite run the example child too, outside Ray."""
     for proc in psutil.process_iter():
         try:
-            if "dsh_example_provider.child" in " ".join(proc.cmdline()) and proc.children():
+            if (
+                "dsh_example_provider.child" in " ".join(proc.cmdline())
+                and proc.children()
+                and any(parent.name().startswith("ray::") for parent in proc.parents())
+            ):
                 return proc
         except psutil.Error:
             continue
