@@ -56,6 +56,9 @@ class _AgentContract(ProviderContract):
                 model,
                 env=dict(setup.env),
                 cwd=setup.cwd_override,
+                # The unattended mode users choose: the reach rules' shell call runs (and
+                # meets the confinement) instead of being refused by the permission policy.
+                permission="allow",
             )
             return AcpProvider(config)
 
@@ -131,7 +134,7 @@ _COPILOT_FAILS_AS_TEXT = (
 )
 
 
-class TestCopilotContract(_NoShellCallContract):
+class TestCopilotContract(_AgentContract):
     agent = "copilot"
 
     @pytest.mark.xfail(strict=True, reason=_COPILOT_FAILS_AS_TEXT)
