@@ -46,12 +46,17 @@ def _interpreter(program: str) -> str | None:
     return None
 
 
+def _runs_script(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs a script with a runtime (``node <entry.js> …``)."""
+    return len(argv) > 1 and os.path.basename(argv[0]) in _RUNTIMES
+
+
 def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductReach:
     """The agent's installation (its command's directory and package, resolved through
-    symlinks), the runtime a script's ``#!`` line names, its home when it is a known
-    agent, and the ports of ``*_BASE_URL`` variables and of a Codex home's
-    ``config.toml`` (443 when none is named); pseudo-terminals for a known agent that runs
-    commands on one."""
+    symlinks; also the script's when the command is a runtime: ``node <entry.js>``), the
+    runtime a script's ``#!`` line names, its home when it is a known agent, and the ports
+    of ``*_BASE_URL`` variables and of a Codex home's ``config.toml`` (443 when none is
+    named); pseudo-terminals for a known agent that runs commands on one."""
     base = default_reach(argv, env)
     child = child_env(env)
     search = child.get("PATH")
@@ -62,6 +67,9 @@ def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductRe
     runtime = _interpreter(found) if found else None
     if runtime is not None:
         read += program_install(runtime, search)
+    if _runs_script(argv) and os.path.isabs(argv[1]):
+        # `node <entry.js>`: the installation is the script's package, not node's.
+        read += program_install(argv[1])
     write: list[str] = []
     command = os.path.basename(argv[0]).lower()
     home_root = child.get("HOME") or os.path.expanduser("~")
