@@ -111,11 +111,11 @@ class TestClaudeAgentAcpContract(_AgentContract):
     agent = "claude-agent-acp"
 
 
-class TestGeminiCliContract(_NoShellCallContract):
+class TestGeminiCliContract(_AgentContract):
     agent = "gemini-cli"
 
 
-class TestQwenCodeContract(_NoShellCallContract):
+class TestQwenCodeContract(_AgentContract):
     agent = "qwen-code"
 
 
