@@ -124,8 +124,9 @@ def _loopback_tools(body: object) -> set[str]:
 
 def _function_response_text(response: object) -> str:
     """A Gemini ``functionResponse.response``: its ``output`` text, else the whole object."""
-    if isinstance(response, dict) and isinstance(response.get("output"), str):
-        return response["output"]
+    output = response.get("output") if isinstance(response, dict) else None
+    if isinstance(output, str):
+        return output
     return json.dumps(response, ensure_ascii=False)
 
 
