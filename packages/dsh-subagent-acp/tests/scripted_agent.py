@@ -22,7 +22,8 @@ Script keys (all optional except where a test needs them):
 * ``contract``: follow the dsh contract kit's directive in the task text instead of
   ``prompt`` (``complete`` answers the token, ``fail`` writes the planted stderr line and
   answers a JSON-RPC error with the planted raw text, ``hold`` creates the ready file and
-  waits for ``session/cancel``).
+  waits for ``session/cancel``, ``reach`` runs the task's command with ``sh -c`` and
+  answers the token and what it printed).
 * ``prompt``: a list of steps run in order, then ``{"stop": "end_turn"}`` by default:
   ``chunk``, ``thought``, ``image_chunk``, ``foreign_chunk`` (text for another session),
   ``permission`` (list of options; a ``cancelled`` answer ends the turn ``cancelled``),
@@ -63,6 +64,7 @@ from acp.schema import (
     ToolCallUpdate,
     Usage,
 )
+from dsh_contract_tests.reach import find_command, relayed_answer
 
 SCRIPT: dict[str, Any] = {}
 
@@ -225,10 +227,23 @@ class ScriptedAgent:
     async def contract_turn(self, prompt: list[Any], session_id: str) -> PromptResponse:
         """Follow the contract kit's directive line found in the task text."""
         text = "\n".join(getattr(block, "text", "") for block in prompt)
-        match = re.search(r"dsh-contract/1 (complete|fail|hold) (T-[0-9a-f]{6,32})", text)
+        match = re.search(r"dsh-contract/1 (complete|fail|hold|reach) (T-[0-9a-f]{6,32})", text)
         if match is None:
             raise RequestError(-32602, "no contract directive")
         behaviour, token = match.groups()
+        if behaviour == "reach":  # as a shell tool would: sh -c, stdout and stderr together
+            shell = await asyncio.create_subprocess_exec(
+                "sh",
+                "-c",
+                find_command(text) or "true",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            printed, _ = await shell.communicate()
+            answer = relayed_answer(token, printed.decode("utf-8", "replace"))
+            await self.conn.session_update(session_id, acp.update_agent_message_text(answer))
+            return PromptResponse(stop_reason="end_turn")
         if behaviour == "complete":
             await self.conn.session_update(session_id, acp.update_agent_message_text(token))
             return PromptResponse(stop_reason="end_turn")
