@@ -254,7 +254,7 @@ class LoopbackDirectiveRoute:
     with a status it does not retry (e.g. 400).
 
     ``reach`` calls the shell tool the request offers (:data:`LOOPBACK_SHELL_CALLS`, by
-    name: Gemini CLI's and Qwen Code's ``run_shell_command``, OpenCode's and Copilot CLI's
+    name: Gemini CLI's and Qwen Code's ``run_shell_command``, OpenCode's
     ``bash``) with the task's command and, once its result came back (a ``tool`` message,
     or a Gemini ``functionResponse`` part), answers the token followed by that output. A
     request offering none of them (a side request, an unknown agent) gets the bare token,
