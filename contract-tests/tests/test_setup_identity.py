@@ -3,8 +3,9 @@
 The child protocol's variable names are fixed (a child reads them by name); everything
 else a provider sees of a setup is new for each test or setup: the credential-shaped
 overlay variable's name and value, the failure texts, the ready and scratch directories'
-names, and every directory above them (never the test's or the rule's name). What the protocol's names reveal, the directive in the task text reveals too; the
-README's child protocol says why that cannot matter.
+names, and every directory above them (never the test's or the rule's name). What the
+protocol's names reveal, the directive in the task text reveals too; the README's child
+protocol says why that cannot matter.
 """
 
 from __future__ import annotations
