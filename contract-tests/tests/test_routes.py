@@ -6,8 +6,12 @@ import json
 from typing import Any
 
 import pytest
-from dsh_contract_tests import MessagesDirectiveRoute, ResponsesDirectiveRoute
-from dsh_contract_tests.fixtures import messages, responses
+from dsh_contract_tests import (
+    LoopbackDirectiveRoute,
+    MessagesDirectiveRoute,
+    ResponsesDirectiveRoute,
+)
+from dsh_contract_tests.fixtures import loopback, messages, responses
 from dsh_contract_tests.reach import RELAY_LIMIT, command_line, find_command
 
 
@@ -168,3 +172,102 @@ def test_messages_route_calls_bash_then_relays_its_output() -> None:
         "POST", "/v1/messages", "", {}, side, json.dumps(side).encode()
     )
     assert route(side_request) == messages.TextAnswer("T-00aa11")
+
+
+def _loopback_request(body: dict[str, Any]) -> loopback.RecordedRequest:
+    return loopback.RecordedRequest(
+        "POST", "/v1/chat/completions", {}, json.dumps(body).encode(), body
+    )
+
+
+def _chat_tool(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {}}}
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("bash", {"command": _REACH_COMMAND, "description": "Run the task's command."}),
+        (
+            "run_shell_command",
+            {"command": _REACH_COMMAND, "description": "Run the task's command."},
+        ),
+        ("shell", {"command": _REACH_COMMAND}),
+    ],
+)
+def test_loopback_route_calls_the_chat_shell_tool_offered_then_relays_its_output(
+    tool: str, arguments: dict[str, Any]
+) -> None:
+    route = LoopbackDirectiveRoute()
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": _REACH_TASK}],
+        "tools": [_chat_tool("read"), _chat_tool(tool)],
+    }
+    call = route(_loopback_request(body))
+    assert isinstance(call, loopback.ToolCall)
+    offered = [candidate for candidate in call.candidates if candidate[0] == tool]
+    assert offered == [(tool, arguments)]
+    assert call.call_id == "call_dsh_reach"
+    called = {"role": "assistant", "tool_calls": [{"id": call.call_id, "type": "function"}]}
+    result = {"role": "tool", "tool_call_id": call.call_id, "content": "x" * 3000 + "denied"}
+    body = {**body, "messages": [*body["messages"], called, result]}
+    answer = route(_loopback_request(body))
+    assert isinstance(answer, loopback.TextAnswer)
+    assert answer.text.startswith("T-00aa11\nxx")
+    assert answer.text.endswith("denied")
+    assert len(answer.text) == len("T-00aa11\n") + RELAY_LIMIT  # bounded: the end is kept
+
+
+def test_loopback_route_calls_the_gemini_shell_tool_then_relays_its_function_response() -> None:
+    route = LoopbackDirectiveRoute()
+    body: dict[str, Any] = {
+        "contents": [{"role": "user", "parts": [{"text": _REACH_TASK}]}],
+        "tools": [{"functionDeclarations": [{"name": "read_file"}, {"name": "run_shell_command"}]}],
+    }
+    call = route(_loopback_request(body))
+    assert isinstance(call, loopback.ToolCall)
+    assert (
+        "run_shell_command",
+        {"command": _REACH_COMMAND, "description": "Run the task's command."},
+    ) in call.candidates
+    response = {"functionResponse": {"name": "run_shell_command", "response": {"output": "denied"}}}
+    body = {**body, "contents": [*body["contents"], {"role": "user", "parts": [response]}]}
+    assert route(_loopback_request(body)) == loopback.TextAnswer("T-00aa11\ndenied")
+    other = {"functionResponse": {"name": "run_shell_command", "response": {"error": "no"}}}
+    body = {**body, "contents": [*body["contents"][:1], {"role": "user", "parts": [other]}]}
+    assert route(_loopback_request(body)) == loopback.TextAnswer('T-00aa11\n{"error": "no"}')
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [{"role": "user", "content": _REACH_TASK}]},
+        {"messages": [{"role": "user", "content": _REACH_TASK}], "tools": [_chat_tool("read")]},
+        {
+            "messages": [{"role": "user", "content": "dsh-contract/1 reach T-00aa11"}],
+            "tools": [_chat_tool("bash")],
+        },
+    ],
+    ids=["no-tools", "no-shell-tool", "no-command"],
+)
+def test_loopback_route_answers_reach_without_a_shell_tool_or_command_with_the_token(
+    body: dict[str, Any],
+) -> None:
+    assert LoopbackDirectiveRoute()(_loopback_request(body)) == loopback.TextAnswer("T-00aa11")
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        ("dsh-contract/1 complete T-00aa11", loopback.TextAnswer("T-00aa11")),
+        ("dsh-contract/1 misshapen T-00aa11", loopback.TextAnswer("T-00aa11")),
+        ("dsh-contract/1 fail T-00aa11", loopback.HttpError(400, "fixture error")),
+        ("dsh-contract/1 hold T-00aa11", loopback.Hold()),
+        ("plain", loopback.TextAnswer("ok")),
+    ],
+)
+def test_loopback_route_offering_a_shell_tool_keeps_the_other_directives(
+    task: str, expected: loopback.Behaviour
+) -> None:
+    body = {"messages": [{"role": "user", "content": task}], "tools": [_chat_tool("bash")]}
+    assert LoopbackDirectiveRoute(fail_status=400)(_loopback_request(body)) == expected

@@ -5,7 +5,8 @@ Each class runs one real agent — installed at its pinned version by
 the kit's loopback model fixture of the wire it speaks (Messages, Chat Completions or
 Gemini), keyless through the profile's documented base-URL setting. Every model request
 is answered by the kit directive found in its body (``complete`` → the token, ``fail`` →
-an HTTP error carrying the planted raw error, ``hold`` → an open stream).
+an HTTP error carrying the planted raw error, ``hold`` → an open stream, ``reach`` → a
+call of the agent's shell tool, then the token and its output).
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class _AgentContract(ProviderContract):
                 model,
                 env=dict(setup.env),
                 cwd=setup.cwd_override,
+                # The unattended mode users choose: the reach rules' shell call runs (and
+                # meets the confinement) instead of being refused by the permission policy.
+                permission="allow",
             )
             return AcpProvider(config)
 
@@ -81,25 +85,26 @@ class _AgentContract(ProviderContract):
         return {"command": command, "args": list(args), "env": {**profile.env, **setup.env}}
 
 
-_NO_SHELL_CALL = (
-    "the kit's Chat Completions and Gemini routes do not script a shell call yet, so the "
-    "agent is never asked to reach beyond its work (docs/rules.md#confinement-applied)"
+_OPENCODE_SERVES_ON_TCP = (
+    "opencode acp serves its agent on a loopback TCP port it picks at start and connects "
+    "to it; confined, the port rules refuse that bind and it exits ServeError before the "
+    "reach command can run (docs/security.md, ACP agents)"
 )
 
 
-class _NoShellCallContract(_AgentContract):
-    """An agent behind a Chat Completions or Gemini fixture: the reach rules cannot ask it
-    to run a command yet, so they fail, and are opted out of, visibly."""
+class _ServesOnTcpContract(_AgentContract):
+    """An agent that cannot start under the port rules: the reach rules fail, and are
+    opted out of, visibly."""
 
-    @pytest.mark.xfail(strict=True, reason=_NO_SHELL_CALL)
+    @pytest.mark.xfail(strict=True, reason=_OPENCODE_SERVES_ON_TCP)
     async def test_read_beyond_its_reach_is_refused(self, contract: ContractHarness) -> None:
         await super().test_read_beyond_its_reach_is_refused(contract)
 
-    @pytest.mark.xfail(strict=True, reason=_NO_SHELL_CALL)
+    @pytest.mark.xfail(strict=True, reason=_OPENCODE_SERVES_ON_TCP)
     async def test_write_beyond_its_reach_is_refused(self, contract: ContractHarness) -> None:
         await super().test_write_beyond_its_reach_is_refused(contract)
 
-    @pytest.mark.xfail(strict=True, reason=_NO_SHELL_CALL)
+    @pytest.mark.xfail(strict=True, reason=_OPENCODE_SERVES_ON_TCP)
     async def test_reach_beyond_its_ports_is_refused(self, contract: ContractHarness) -> None:
         await super().test_reach_beyond_its_ports_is_refused(contract)
 
@@ -108,15 +113,15 @@ class TestClaudeAgentAcpContract(_AgentContract):
     agent = "claude-agent-acp"
 
 
-class TestGeminiCliContract(_NoShellCallContract):
+class TestGeminiCliContract(_AgentContract):
     agent = "gemini-cli"
 
 
-class TestQwenCodeContract(_NoShellCallContract):
+class TestQwenCodeContract(_AgentContract):
     agent = "qwen-code"
 
 
-class TestOpenCodeContract(_NoShellCallContract):
+class TestOpenCodeContract(_ServesOnTcpContract):
     agent = "opencode"
 
 
@@ -131,7 +136,7 @@ _COPILOT_FAILS_AS_TEXT = (
 )
 
 
-class TestCopilotContract(_NoShellCallContract):
+class TestCopilotContract(_AgentContract):
     agent = "copilot"
 
     @pytest.mark.xfail(strict=True, reason=_COPILOT_FAILS_AS_TEXT)

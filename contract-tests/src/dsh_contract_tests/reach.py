@@ -39,7 +39,8 @@ ATTEMPTED: Final = "dsh-contract-attempted-42"
 """What a reach command prints once its attempt is over (computed by the shell, so the
 command's own text never contains it)."""
 
-_ATTEMPTED_SHELL: Final = "echo dsh-contract-attempted-$((6 * 7))"
+# printf, not $((…)): some agents (Qwen Code) refuse any `$(` in a command as injection.
+_ATTEMPTED_SHELL: Final = "printf 'dsh-contract-attempted-%s%s\\n' 4 2"
 
 RELAY_LIMIT: Final = 2000
 """Characters of the command's output a ``reach`` answer carries (its end is kept)."""

@@ -97,6 +97,73 @@ def _after_tool_result(body: object) -> bool:
     )
 
 
+LOOPBACK_SHELL_CALLS: tuple[tuple[str, dict[str, object]], ...] = (
+    ("run_shell_command", {"description": "Run the task's command."}),
+    ("bash", {"description": "Run the task's command."}),
+    ("shell", {}),
+)
+"""The Chat Completions and Gemini shell tools a ``reach`` directive calls, the first the
+request offers, with the arguments besides ``command`` each requires."""
+
+
+def _loopback_tools(body: object) -> set[str]:
+    """The tool names a Chat Completions (``tools[].function``) or Gemini
+    (``tools[].functionDeclarations[]``) request offers."""
+    tools = body.get("tools") if isinstance(body, dict) else None
+    names: set[str] = set()
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict):
+            continue
+        function = tool.get("function")
+        declarations = tool.get("functionDeclarations")
+        for entry in [function, *(declarations if isinstance(declarations, list) else [])]:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                names.add(entry["name"])
+    return names
+
+
+def _function_response_text(response: object) -> str:
+    """A Gemini ``functionResponse.response``: its ``output`` text, else the whole object."""
+    output = response.get("output") if isinstance(response, dict) else None
+    if isinstance(output, str):
+        return output
+    return json.dumps(response, ensure_ascii=False)
+
+
+def _loopback_tool_results(body: object) -> list[str]:
+    """The text of every tool result the request carries: Chat Completions ``tool``
+    messages, Gemini ``functionResponse`` parts (a ``reach`` run makes one call only)."""
+    if not isinstance(body, dict):
+        return []
+    found: list[str] = []
+    chat = body.get("messages")
+    for message in chat if isinstance(chat, list) else []:
+        if isinstance(message, dict) and message.get("role") == "tool":
+            found.append(tool_output_text(message.get("content")))
+    contents = body.get("contents")
+    for content in contents if isinstance(contents, list) else []:
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts if isinstance(parts, list) else []:
+            called = part.get("functionResponse") if isinstance(part, dict) else None
+            if isinstance(called, dict):
+                found.append(_function_response_text(called.get("response")))
+    return found
+
+
+def _loopback_reach(request: loopback.RecordedRequest, token: str) -> loopback.Behaviour:
+    outputs = _loopback_tool_results(request.body)
+    if outputs:
+        return loopback.TextAnswer(relayed_answer(token, "\n".join(outputs)))
+    command = find_command(json.dumps(request.body, ensure_ascii=False))
+    offered = _loopback_tools(request.body)
+    if command is None or not offered & {name for name, _ in LOOPBACK_SHELL_CALLS}:
+        return loopback.TextAnswer(token)
+    return loopback.ToolCall(
+        tuple((name, {"command": command, **extra}) for name, extra in LOOPBACK_SHELL_CALLS),
+        call_id="call_dsh_reach",
+    )
+
+
 class ResponsesDirectiveRoute:
     """``route`` for :class:`~dsh_contract_tests.fixtures.responses.ResponsesFixture`.
 
@@ -186,9 +253,12 @@ class LoopbackDirectiveRoute:
     retries server errors with a long backoff and no setting to stop it can be failed
     with a status it does not retry (e.g. 400).
 
-    ``reach`` is answered with the bare token: these wires do not script the shell call
-    yet (each agent names its shell tool and returns its output its own way), so the
-    ``confinement`` reach rules fail for a product behind them, saying the attempt was
+    ``reach`` calls the shell tool the request offers (:data:`LOOPBACK_SHELL_CALLS`, by
+    name: Gemini CLI's and Qwen Code's ``run_shell_command``, OpenCode's
+    ``bash``) with the task's command and, once its result came back (a ``tool`` message,
+    or a Gemini ``functionResponse`` part), answers the token followed by that output. A
+    request offering none of them (a side request, an unknown agent) gets the bare token,
+    so the ``confinement`` reach rules fail for such a product, saying the attempt was
     never reported; they never hang.
     """
 
@@ -200,7 +270,9 @@ class LoopbackDirectiveRoute:
         directive = find_directive(json.dumps(request.body, ensure_ascii=False))
         if directive is None:
             return loopback.TextAnswer("ok")
-        if directive.behaviour in {"complete", "misshapen", "reach"}:
+        if directive.behaviour == "reach":
+            return _loopback_reach(request, directive.token)
+        if directive.behaviour in {"complete", "misshapen"}:
             return loopback.TextAnswer(directive.token)
         if directive.behaviour == "fail":
             return loopback.HttpError(self.fail_status, self.error_text)

@@ -22,8 +22,8 @@ Script keys (all optional except where a test needs them):
 * ``contract``: follow the dsh contract kit's directive in the task text instead of
   ``prompt`` (``complete`` answers the token, ``fail`` writes the planted stderr line and
   answers a JSON-RPC error with the planted raw text, ``hold`` creates the ready file and
-  waits for ``session/cancel``, ``reach`` runs the task's command and answers the token
-  and what it printed).
+  waits for ``session/cancel``, ``reach`` runs the task's command with ``sh -c`` and
+  answers the token and what it printed).
 * ``prompt``: a list of steps run in order, then ``{"stop": "end_turn"}`` by default:
   ``chunk``, ``thought``, ``image_chunk``, ``foreign_chunk`` (text for another session),
   ``permission`` (list of options; a ``cancelled`` answer ends the turn ``cancelled``),
@@ -41,7 +41,6 @@ Script keys (all optional except where a test needs them):
 from __future__ import annotations
 
 import asyncio  # noqa: TID251 - the acp library's agent side is asyncio-only
-import base64
 import json
 import os
 import re
@@ -65,6 +64,7 @@ from acp.schema import (
     ToolCallUpdate,
     Usage,
 )
+from dsh_contract_tests.reach import find_command, relayed_answer
 
 SCRIPT: dict[str, Any] = {}
 
@@ -231,14 +231,21 @@ class ScriptedAgent:
         if match is None:
             raise RequestError(-32602, "no contract directive")
         behaviour, token = match.groups()
+        if behaviour == "reach":  # as a shell tool would: sh -c, stdout and stderr together
+            shell = await asyncio.create_subprocess_exec(
+                "sh",
+                "-c",
+                find_command(text) or "true",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            printed, _ = await shell.communicate()
+            answer = relayed_answer(token, printed.decode("utf-8", "replace"))
+            await self.conn.session_update(session_id, acp.update_agent_message_text(answer))
+            return PromptResponse(stop_reason="end_turn")
         if behaviour == "complete":
             await self.conn.session_update(session_id, acp.update_agent_message_text(token))
-            return PromptResponse(stop_reason="end_turn")
-        if behaviour == "reach":
-            # The kit's confinement rules: run the task's command as an agent's shell tool
-            # would and answer the token, then what it printed.
-            answer = token + "\n" + run_reach_command(text)
-            await self.conn.session_update(session_id, acp.update_agent_message_text(answer))
             return PromptResponse(stop_reason="end_turn")
         if behaviour == "fail":
             sys.stderr.write(os.environ.get("DSH_CONTRACT_STDERR_TEXT", "") + "\n")
@@ -249,21 +256,6 @@ class ScriptedAgent:
         ready.touch()
         await self.cancelled.wait()
         return PromptResponse(stop_reason="cancelled")
-
-
-def run_reach_command(text: str) -> str:
-    """The output (stdout and stderr, the last 2000 characters) of the task's command."""
-    found = re.search(r"dsh-contract/1 command ([A-Za-z0-9_-]+={0,2})", text)
-    command = base64.urlsafe_b64decode(found.group(1)).decode() if found else "true"
-    ran = subprocess.run(
-        ["/bin/sh", "-c", command],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    )
-    return ran.stdout[-2000:]
 
 
 def start_grandchild(*, keep_stdout: bool) -> int:

@@ -20,11 +20,14 @@ KNOWN_HOMES: Mapping[str, tuple[str, str]] = {
     "gemini": ("GEMINI_CLI_HOME", ".gemini"),
     "claude": ("CLAUDE_CONFIG_DIR", ".claude"),
 }
-"""A known agent (by a word in its command's name): the variable naming its home and
-the home's default name under ``$HOME``. The home is written (sessions, logs)."""
+"""A known agent (by a word in its command's name, or in its script's npm package): the
+variable naming its home and the home's default name under ``$HOME``. The home is
+written (sessions, logs)."""
 
-PTY_AGENTS: tuple[str, ...] = ("codex",)
-"""Known agents (by a word in the command's name) that run commands on a pseudo-terminal."""
+PTY_AGENTS: tuple[str, ...] = ("codex", "gemini", "qwen")
+"""Known agents (by a word in the command's name, or in its script's npm package) that
+run commands on a pseudo-terminal (Gemini CLI and Qwen Code: node-pty, whose shell tool
+otherwise fails ``forkpty(3) failed``)."""
 
 _RUNTIMES = ("node", "bun", "deno", "python3", "python")
 
@@ -46,12 +49,27 @@ def _interpreter(program: str) -> str | None:
     return None
 
 
+def _runs_script(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs a script with a runtime (``node <entry.js> …``)."""
+    return len(argv) > 1 and os.path.basename(argv[0]) in _RUNTIMES
+
+
+def _script_package(script: str) -> str:
+    """The npm package path of a script (``@google/gemini-cli/bundle/gemini.js``): what
+    names a known agent started as ``node <entry.js>``."""
+    parts = script.split(os.sep)
+    if "node_modules" not in parts:
+        return os.path.basename(script)
+    last = len(parts) - 1 - parts[::-1].index("node_modules")
+    return "/".join(parts[last + 1 :])
+
+
 def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductReach:
     """The agent's installation (its command's directory and package, resolved through
-    symlinks), the runtime a script's ``#!`` line names, its home when it is a known
-    agent, and the ports of ``*_BASE_URL`` variables and of a Codex home's
-    ``config.toml`` (443 when none is named); pseudo-terminals for a known agent that runs
-    commands on one."""
+    symlinks; also the script's when the command is a runtime: ``node <entry.js>``), the
+    runtime a script's ``#!`` line names, its home when it is a known agent, and the ports
+    of ``*_BASE_URL`` variables and of a Codex home's ``config.toml`` (443 when none is
+    named); pseudo-terminals for a known agent that runs commands on one."""
     base = default_reach(argv, env)
     child = child_env(env)
     search = child.get("PATH")
@@ -62,8 +80,13 @@ def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductRe
     runtime = _interpreter(found) if found else None
     if runtime is not None:
         read += program_install(runtime, search)
+    if _runs_script(argv) and os.path.isabs(argv[1]):
+        # `node <entry.js>`: the installation is the script's package, not node's.
+        read += program_install(argv[1])
     write: list[str] = []
     command = os.path.basename(argv[0]).lower()
+    if _runs_script(argv):
+        command += " " + _script_package(argv[1]).lower()
     home_root = child.get("HOME") or os.path.expanduser("~")
     for word, (variable, default) in KNOWN_HOMES.items():
         if word in command:
