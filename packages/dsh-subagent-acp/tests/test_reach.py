@@ -44,3 +44,37 @@ def test_a_native_agent_does_not_read_its_arguments_as_an_installation(tmp_path:
     elsewhere = tmp_path / "elsewhere" / "file.js"
     reach = agent_reach((str(binary), str(elsewhere)), {})
     assert not any(path.startswith(str(tmp_path / "elsewhere")) for path in reach.read)
+
+
+def test_an_agent_serving_itself_gets_a_port_of_its_own_to_bind_and_connect(
+    tmp_path: Path,
+) -> None:
+    # OpenCode's `opencode acp` serves its agent on a loopback port and connects to it:
+    # under the port rules any other port refused its bind (ServeError at start).
+    from dsh_subagent import effective_policy
+    from dsh_subagent_acp import AcpConfig, AcpProvider
+
+    provider = AcpProvider(AcpConfig(command="/bin/true", args=("acp",), serve_port_arg="--port"))
+    first, second = provider.launch(str(tmp_path)), provider.launch(str(tmp_path))
+    assert first.argv[:3] == ("/bin/true", "acp", "--port")
+    port = int(first.argv[3])
+    assert 0 < port < 65536
+    assert second.argv[2] == "--port"  # a free port per run, picked at each launch
+    found = effective_policy(provider, str(tmp_path))
+    assert found is not None
+    _, policy = found
+    assert policy is not None
+    served = policy.bind_ports
+    assert len(served) == 1
+    assert served[0] in policy.connect_ports
+    plain = effective_policy(AcpProvider(AcpConfig(command="/bin/true")), str(tmp_path))
+    assert plain is not None
+    assert plain[1] is not None
+    assert plain[1].bind_ports == ()
+
+
+def test_the_opencode_profile_serves_on_a_port_dsh_picks() -> None:
+    from dsh_subagent_acp.agents import agent_profile
+
+    assert agent_profile("opencode").serve_port_arg == "--port"
+    assert agent_profile("codex-acp").serve_port_arg is None

@@ -58,6 +58,8 @@ class AgentProfile(BaseModel):
         entry: The file to run, relative to the npm prefix it was installed into.
         runtime: ``native`` (run ``entry``) or ``node`` (run ``node entry``).
         args: ACP-mode arguments after the entry.
+        serve_port_arg: The argument setting the loopback port the agent serves itself
+            on (``AcpConfig.serve_port_arg``).
         env: Fixed settings for unattended runs (no paths, no credentials).
         root_env: Further settings it needs when it runs as root (uid 0).
         state_env: Variables naming where it writes state; point them at directories
@@ -75,6 +77,7 @@ class AgentProfile(BaseModel):
     entry: str
     runtime: Literal["native", "node"]
     args: tuple[str, ...] = ()
+    serve_port_arg: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     root_env: dict[str, str] = Field(default_factory=dict)
     state_env: tuple[str, ...] = ()
@@ -121,6 +124,8 @@ class AgentProfile(BaseModel):
         """
         command, args = self.command(entry)
         values: dict[str, Any] = {"provider_name": self.name, "command": command, "args": args}
+        if self.serve_port_arg is not None:
+            values["serve_port_arg"] = self.serve_port_arg
         as_root = self.root_env if os.geteuid() == 0 else {}
         values["env"] = {**self.env, **as_root, **env}
         return AcpConfig(**{**values, **overrides})

@@ -48,6 +48,10 @@ class AcpConfig(ProductConfig):
         command: The agent executable (absolute path, or a bare name looked up on the
             child's ``PATH`` by the operating system).
         args: Arguments after ``command``.
+        serve_port_arg: For an agent that serves itself on a loopback TCP port and
+            connects back to it (OpenCode's ``--port``): the argument that sets the
+            port. Each run gets a free port, passed as ``serve_port_arg PORT``, and
+            under confinement may bind and connect to exactly that port.
         permission: The unattended permission policy (see :data:`PermissionPolicy`).
         dispose_eof_grace: Seconds the whole tree may take to exit after stdin is
             closed, before it is terminated.
@@ -63,6 +67,7 @@ class AcpConfig(ProductConfig):
     provider_name: str = Field(default="acp", min_length=1)
     command: str = Field(min_length=1)
     args: tuple[str, ...] = ()
+    serve_port_arg: str | None = Field(default=None, min_length=1)
     permission: PermissionPolicy = "reject"
     dispose_eof_grace: Grace = DEFAULT_DISPOSE_EOF_GRACE
     dispose_grace: Grace = DEFAULT_DISPOSE_GRACE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio  # noqa: TID251 - only to detect the backend the acp library requires
+import dataclasses
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -21,7 +22,7 @@ from dsh_subagent import (
 )
 
 from dsh_subagent_acp.config import AcpConfig
-from dsh_subagent_acp.reach import agent_reach
+from dsh_subagent_acp.reach import agent_reach, free_loopback_port, served_port
 from dsh_subagent_acp.session import AcpSession
 from dsh_subagent_acp.transport import MAX_FRAME_BYTES
 
@@ -78,15 +79,22 @@ class AcpProvider(ProductProvider[AcpConfig]):
         return await super().start(request)
 
     def launch(self, cwd: str) -> Launch:
-        """``command + args``; the agent's own variables come from the ``env`` overlay."""
-        return Launch(argv=(self.config.command, *self.config.args))
+        """``command + args`` (and ``serve_port_arg PORT``, a free loopback port, when
+        configured); the agent's own variables come from the ``env`` overlay."""
+        argv: tuple[str, ...] = (self.config.command, *self.config.args)
+        if self.config.serve_port_arg is not None:
+            argv += (self.config.serve_port_arg, str(free_loopback_port()))
+        return Launch(argv=argv)
 
     def confinement_reach(
         self, launch: Launch, env: Mapping[str, str | None], cwd: str
     ) -> ProductReach:
-        """The agent's installation, runtime, home and endpoints (see :func:`agent_reach`)."""
+        """The agent's installation, runtime, home and endpoints (see :func:`agent_reach`),
+        and the port it serves itself on (``serve_port_arg``)."""
         del cwd
-        return agent_reach(launch.argv, env)
+        reach = agent_reach(launch.argv, env)
+        port = served_port(launch.argv, self.config.serve_port_arg)
+        return reach if port is None else dataclasses.replace(reach, bind_ports=(port,))
 
     async def open(self, child: ProductChild) -> None:
         """``initialize`` (stage ``initialize``), then ``session/new`` (``session-new``) or,

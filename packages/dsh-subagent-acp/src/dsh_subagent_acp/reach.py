@@ -4,12 +4,20 @@ and the model endpoints its configuration names (see docs/security.md)."""
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping, Sequence
 
 from dsh_subagent import ProductReach, default_reach, program_install, toml_endpoint_ports
 from dsh_subprocess import child_env
 
-__all__ = ["DEFAULT_AGENT_PORT", "KNOWN_HOMES", "PTY_AGENTS", "agent_reach"]
+__all__ = [
+    "DEFAULT_AGENT_PORT",
+    "KNOWN_HOMES",
+    "PTY_AGENTS",
+    "agent_reach",
+    "free_loopback_port",
+    "served_port",
+]
 
 DEFAULT_AGENT_PORT = 443
 """The port allowed when nothing in the configuration names an endpoint: HTTPS, where
@@ -101,3 +109,25 @@ def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductRe
         connect_ports=tuple(sorted(ports or {DEFAULT_AGENT_PORT})),
         pseudo_terminals=any(word in command for word in PTY_AGENTS),
     )
+
+
+def free_loopback_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for an agent that serves itself on one (the
+    kernel picks it; the agent binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def served_port(argv: Sequence[str], serve_port_arg: str | None) -> int | None:
+    """The port ``argv`` passes after ``serve_port_arg`` (the last one), if any."""
+    if serve_port_arg is None:
+        return None
+    found = [i for i, arg in enumerate(argv[:-1]) if arg == serve_port_arg]
+    if not found:
+        return None
+    try:
+        return int(argv[found[-1] + 1])
+    except ValueError:
+        return None

@@ -127,6 +127,8 @@ class ProductReach:
         write: Its home when the product keeps state there (``CODEX_HOME``, the Claude
             config directory).
         connect_ports: The ports of the model endpoint(s) its configuration names.
+        bind_ports: Loopback ports the product serves itself on and connects back to
+            (an agent that talks to its own local server; also allowed to connect).
         cwd_writable: Whether the run may write its cwd (read only otherwise: a product
             whose own read-only sandbox the kernel policy stands in for).
         pseudo_terminals: Whether the product runs commands on a pseudo-terminal (it then
@@ -136,6 +138,7 @@ class ProductReach:
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     connect_ports: tuple[int, ...] = field(default_factory=tuple)
+    bind_ports: tuple[int, ...] = field(default_factory=tuple)
     cwd_writable: bool = True
     pseudo_terminals: bool = False
 
@@ -179,12 +182,13 @@ def run_policy(
     write = _unique([*mine, *_private_dirs(env), *reach.write, *setting.write])
     seen = [] if reach.cwd_writable else own
     read = _unique([*system_read_paths(), *reach.read, *seen, *git_read, *setting.read])
-    ports = tuple(sorted({*reach.connect_ports, *setting.connect_ports}))
+    ports = tuple(sorted({*reach.connect_ports, *reach.bind_ports, *setting.connect_ports}))
     return Confinement(
         mode=setting.mode,
         read=read,
         write=write,
         connect_ports=ports,
+        bind_ports=tuple(sorted(set(reach.bind_ports))),
         pseudo_terminals=reach.pseudo_terminals,
     )
 
