@@ -85,6 +85,43 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+@dataclass
+class Started:
+    """A ``dsh`` started as a terminal starts it; ``stderr`` is read once it has ended."""
+
+    proc: subprocess.Popen[str]  # noqa: TID251 - the dsh executable, not a product
+    stderr: str = ""
+
+    def wait_mid_task(self, run: Run, token: str) -> None:
+        """Until the held product wrote its ready file (dsh exiting first fails the test)."""
+        while not (run.root / "ready" / token).exists():
+            if self.proc.poll() is not None:
+                pytest.fail(f"dsh exited {self.proc.returncode} early: {self.proc.communicate()}")
+            time.sleep(0.1)
+
+
+@contextmanager
+def started(run: Run, argv: list[str], env: dict[str, str] | None = None) -> Iterator[Started]:
+    """``dsh`` in a session of its own with pipes; killed with its group if still running."""
+    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
+        argv,
+        env=run.env if env is None else env,
+        cwd=run.root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    dsh = Started(proc)
+    try:
+        yield dsh
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        dsh.stderr = proc.communicate()[1]
+
+
 @pytest.fixture
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     become_subreaper()
@@ -282,35 +319,18 @@ def test_after_ctrl_c_nothing_dsh_caused_is_alive_when_it_exits(run: Run) -> Non
         {"id": "held2", "task": "dsh-contract/1 hold T-88888888"},
         {"id": "queued", "task": "hello"},
     )
-    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
-        run.argv(tasks, "--concurrency", "2"),
-        env=run.env,
-        cwd=run.root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        ready = run.root / "ready"
-        while not all((ready / f"T-{c * 8}").exists() for c in "78"):  # both mid-task
-            if proc.poll() is not None:
-                pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
-            time.sleep(0.1)
+    with started(run, run.argv(tasks, "--concurrency", "2")) as dsh:
+        for token in ("T-77777777", "T-88888888"):  # both mid-task
+            dsh.wait_mid_task(run, token)
         # What dsh caused, by pid: its descendants now (the guards' environment is their
         # own, without the marker) and whatever carries the marker.
-        caused = {p.pid: p for p in psutil.Process(proc.pid).children(recursive=True)}
+        caused = {p.pid: p for p in psutil.Process(dsh.proc.pid).children(recursive=True)}
         caused.update((p.pid, p) for p in run.marked())
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: dsh's process group
-        proc.wait(timeout=600)
+        os.killpg(dsh.proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: dsh's process group
+        dsh.proc.wait(timeout=600)
         left = [f"{p.pid} {p.cmdline()[:4]}" for p in caused.values() if _alive(p)]
         left += [f"{p.pid} {p.cmdline()[:4]}" for p in run.marked() if p.pid not in caused]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
-    assert proc.returncode == 130, err
+    assert dsh.proc.returncode == 130, dsh.stderr
     assert left == [], left
 
 
@@ -318,34 +338,17 @@ def test_after_dsh_is_sigkilled_mid_batch_every_process_of_its_cluster_is_gone(
     run: Run,
 ) -> None:
     tasks = run.tasks({"id": "held", "task": "dsh-contract/1 hold T-5ca1ab1e"})
-    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
-        run.argv(tasks),
-        env=run.env,
-        cwd=run.root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        while not (run.root / "ready" / "T-5ca1ab1e").exists():  # the product is mid-task
-            if proc.poll() is not None:
-                pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
-            time.sleep(0.1)
+    with started(run, run.argv(tasks)) as dsh:
+        dsh.wait_mid_task(run, "T-5ca1ab1e")
         cluster = run.marked()
         names = {p.name() for p in cluster}
         assert {"raylet", "gcs_server"} <= names, names
         assert any(name.startswith("ray::") for name in names), names
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        dsh.proc.send_signal(signal.SIGKILL)
+        dsh.proc.wait()
         killed = time.monotonic()
         _, alive = psutil.wait_procs(cluster, timeout=60)
         gone_after = time.monotonic() - killed
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
     assert alive == [], [p.name() for p in alive]
     print(f"every cluster process gone {gone_after:.2f} s after the SIGKILL")
     assert gone_after < GONE_WITHIN_SECONDS
@@ -364,31 +367,14 @@ def test_the_cluster_directory_a_sigkilled_dsh_left_is_removed_by_the_next_run(
     # `dsh batch --ray` that starts a cluster in the same place (here /tmp: the fixture's
     # TMPDIR is too long for Ray's sockets) removes it.
     tasks = run.tasks({"id": "held", "task": "dsh-contract/1 hold T-d1ed0000"})
-    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
-        [*run.argv(tasks), "-v"],
-        env=run.env,
-        cwd=run.root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        while not (run.root / "ready" / "T-d1ed0000").exists():  # the product is mid-task
-            if proc.poll() is not None:
-                pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
-            time.sleep(0.1)
+    with started(run, [*run.argv(tasks), "-v"]) as dsh:
+        dsh.wait_mid_task(run, "T-d1ed0000")
         cluster = run.marked()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        dsh.proc.send_signal(signal.SIGKILL)
+        dsh.proc.wait()
         _, alive = psutil.wait_procs(cluster, timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
     assert alive == [], [p.name() for p in alive]
-    left = _cluster_directory(err)
+    left = _cluster_directory(dsh.stderr)
     assert left.is_dir()  # what the kill -9 leaves
     tasks = run.tasks({"id": "next", "task": "hello"})
     done = subprocess.run(
@@ -427,49 +413,35 @@ def test_no_process_of_the_batch_a_same_user_product_can_read_holds_the_hosts_se
     secret = f"dsh-planted-{uuid.uuid4().hex}"
     tasks = run.tasks({"id": "held", "task": "dsh-contract/1 hold T-0dd5ec7e"})
     short_tmp = tempfile.mkdtemp(prefix="rl", dir="/tmp")
-    proc = subprocess.Popen(  # noqa: TID251 - the dsh executable, as a terminal starts it
-        unprivileged(run.argv(tasks)),
-        # A short TMPDIR: Ray's socket paths under it must fit in 107 bytes.
-        env={**run.env, "OPENAI_API_KEY": secret, "TMPDIR": short_tmp},
-        cwd=run.root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    # A short TMPDIR: Ray's socket paths under it must fit in 107 bytes.
+    env = {**run.env, "OPENAI_API_KEY": secret, "TMPDIR": short_tmp}
     try:
-        while not (run.root / "ready" / "T-0dd5ec7e").exists():  # the product is mid-task
-            if proc.poll() is not None:
-                pytest.fail(f"dsh exited {proc.returncode} early: {proc.communicate()}")
-            time.sleep(0.1)
-        scan = subprocess.run(
-            unprivileged(["sh", "-c", SCAN]), capture_output=True, text=True, check=True
-        )
-        cluster = run.marked()
-        holders = []  # this test runs as root: it reads every environ
-        for member in cluster:
-            try:
-                if secret in member.environ().values():
-                    holders.append(member.pid)
-            except psutil.Error:
-                continue
-        # The pool's actors (Ray titles them after the class); Ray's idle workers hold
-        # nothing of dsh's and stay as Ray makes them.
-        actors = [p.pid for p in cluster if "BatchActor" in " ".join(p.cmdline())]
-        actor_environ = [
-            subprocess.run(unprivileged(["cat", f"/proc/{pid}/environ"]), capture_output=True)
-            for pid in actors
-        ]
+        with started(run, unprivileged(run.argv(tasks)), env) as dsh:
+            dsh.wait_mid_task(run, "T-0dd5ec7e")
+            scan = subprocess.run(
+                unprivileged(["sh", "-c", SCAN]), capture_output=True, text=True, check=True
+            )
+            cluster = run.marked()
+            holders = []  # this test runs as root: it reads every environ
+            for member in cluster:
+                try:
+                    if secret in member.environ().values():
+                        holders.append(member.pid)
+                except psutil.Error:
+                    continue
+            # The pool's actors (Ray titles them after the class); Ray's idle workers hold
+            # nothing of dsh's and stay as Ray makes them.
+            actors = [p.pid for p in cluster if "BatchActor" in " ".join(p.cmdline())]
+            actor_environ = [
+                subprocess.run(unprivileged(["cat", f"/proc/{pid}/environ"]), capture_output=True)
+                for pid in actors
+            ]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
         psutil.wait_procs(run.marked(), timeout=60)
         shutil.rmtree(short_tmp, ignore_errors=True)
     assert secret not in scan.stdout
     assert int(scan.stdout.rsplit("readable=", 1)[1]) > 0  # the scan did read environs
-    assert holders == [proc.pid]  # only dsh itself, which is not dumpable
+    assert holders == [dsh.proc.pid]  # only dsh itself, which is not dumpable
     assert actors, [p.name() for p in cluster]
     assert all(b"Permission denied" in done.stderr for done in actor_environ), [
         (pid, done.stderr) for pid, done in zip(actors, actor_environ, strict=True)
