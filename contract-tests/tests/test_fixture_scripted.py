@@ -23,6 +23,7 @@ from dsh_contract_tests.fixtures.scripted import (
     ScriptedModels,
     ScriptError,
     Served,
+    answer_script,
     load_script,
     parse_script,
     shell_command,
@@ -397,7 +398,8 @@ def test_a_follow_up_task_takes_its_own_rule_from_step_one(
 
 def test_a_messages_script_answers_claude_code_while_the_script_answers_codex() -> None:
     """Two products answering one task differently (what ``dsh demo`` needs)."""
-    other = parse_script({"rules": [{"steps": [{"answer": "for claude only"}]}]})
+    other = answer_script("for claude only")
+    assert other == parse_script({"rules": [{"steps": [{"answer": "for claude only"}]}]})
     with ScriptedModels(parse_script(SCRIPT), messages_script=other) as running:
         _, claude = _post(running.messages.base_url, "/v1/messages", _claude_body("anything"))
         _, codex = _post(running.responses.base_url, "/v1/responses", _codex_body("anything"))

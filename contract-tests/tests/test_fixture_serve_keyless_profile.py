@@ -30,7 +30,7 @@ from dsh_contract_tests.fixtures.keyless_profile import (
     serve_keyless_profile,
     serve_keyless_profile_until_stopped,
 )
-from dsh_contract_tests.fixtures.scripted import ModelScript, Served, parse_script
+from dsh_contract_tests.fixtures.scripted import Served, answer_script, parse_script
 from dsh_profiles.loader import load_profile
 from dsh_profiles.runtime import delegate, open_runtime
 from dsh_subagent import COMPLETED, CancelController, ParentContext
@@ -197,7 +197,7 @@ def test_codex_acp_is_bound_on_the_responses_wire_with_a_codex_home_of_its_own(
 def test_claude_script_answers_the_messages_wire_and_script_the_responses_wire(
     tmp_path: Path,
 ) -> None:
-    claude = ModelScript.model_validate({"rules": [{"steps": [{"answer": "CLAUDE-ONLY"}]}]})
+    claude = answer_script("CLAUDE-ONLY")
     with serve_keyless_profile(SCRIPT, tmp_path, claude_script=claude) as served:
         status, body = _post(served.models.messages.base_url, "/v1/messages", _messages_body("hi"))
         assert status == 200

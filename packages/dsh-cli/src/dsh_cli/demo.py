@@ -143,11 +143,6 @@ def _fixtures() -> Any:
     return keyless_profile, scripted
 
 
-def _answering(scripted: Any, answer: str) -> Any:
-    """A model script answering every task with ``answer``."""
-    return scripted.ModelScript(rules=(scripted.Rule(steps=(scripted.AnswerStep(answer=answer),)),))
-
-
 def run_demo(
     out: TextIO,
     err: TextIO,
@@ -175,8 +170,8 @@ def run_demo(
     # The kit's keyless setup, with each product's own defaults (the tasks run no command);
     # it removes the temporary root when it stops.
     with keyless_profile.serve_keyless_profile(
-        _answering(scripted, codex_answer),
-        claude_script=_answering(scripted, claude_answer),
+        scripted.answer_script(codex_answer),
+        claude_script=scripted.answer_script(claude_answer),
         run_commands_unasked=False,
         continuation=False,
         temp_prefix="dsh-demo-",
