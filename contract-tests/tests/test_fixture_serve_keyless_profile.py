@@ -125,23 +125,32 @@ def test_a_temporary_root_is_named_by_the_prefix_and_removed_with_everything(
     assert not served.root.exists()
 
 
-@pytest.mark.parametrize("content", ["file", "directory"])
-def test_a_root_that_is_not_an_empty_directory_is_refused_before_anything_listens(
+@pytest.mark.parametrize("content", ["file", "directory", "nothing"])
+def test_a_root_that_is_not_an_existing_empty_directory_is_refused_before_anything_listens(
     tmp_path: Path, content: str
 ) -> None:
     root = tmp_path / "root"
     if content == "file":
         root.write_text("x", encoding="utf-8")
-    else:
+    elif content == "directory":
         (root / "kept").mkdir(parents=True)
     with (
-        pytest.raises(ValueError, match=r"root .*: not an empty directory; nothing started"),
+        pytest.raises(ValueError, match=r"^root .*: not an existing, empty directory; nothing"),
         serve_keyless_profile(SCRIPT, root),
     ):
         pass
-    assert sorted(p.name for p in tmp_path.rglob("*")) == (
-        ["root"] if content == "file" else ["kept", "root"]
-    )
+    expected = {"file": ["root"], "directory": ["kept", "root"], "nothing": []}[content]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == expected
+
+
+def test_a_relative_codex_acp_is_refused_before_anything_listens(tmp_path: Path) -> None:
+    """The profile is used from any directory, so a relative command would name another."""
+    with (
+        pytest.raises(ValueError, match=r"^codex_acp 'bin/codex-acp': not an absolute path"),
+        serve_keyless_profile(SCRIPT, tmp_path, codex_acp="bin/codex-acp"),
+    ):
+        pass
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_without_unasked_commands_each_product_keeps_its_keyless_defaults(tmp_path: Path) -> None:
