@@ -23,6 +23,7 @@ from dsh_contract_tests.fixtures.scripted import (
     ScriptedModels,
     ScriptError,
     Served,
+    answer_script,
     load_script,
     parse_script,
     shell_command,
@@ -393,3 +394,15 @@ def test_a_follow_up_task_takes_its_own_rule_from_step_one(
     _post(models.messages.base_url, "/v1/messages", claude)
     assert status == 429
     assert [(s.rule, s.step, s.kind) for s in served] == [(1, 1, "error"), (1, 1, "error")]
+
+
+def test_a_messages_script_answers_claude_code_while_the_script_answers_codex() -> None:
+    """Two products answering one task differently (what ``dsh demo`` needs)."""
+    other = answer_script("for claude only")
+    assert other == parse_script({"rules": [{"steps": [{"answer": "for claude only"}]}]})
+    with ScriptedModels(parse_script(SCRIPT), messages_script=other) as running:
+        _, claude = _post(running.messages.base_url, "/v1/messages", _claude_body("anything"))
+        _, codex = _post(running.responses.base_url, "/v1/responses", _codex_body("anything"))
+    assert "for claude only" in json.dumps(_events(claude))
+    assert "for claude only" not in json.dumps(_events(codex))
+    assert "fallback" in json.dumps(_events(codex))

@@ -1,9 +1,10 @@
-"""docs/keyless.md runs as written: every ``<!-- ci: NAME -->`` bash block, in a terminal.
+"""docs/keyless.md runs as written: every ``<!-- ci: NAME -->`` block, in a terminal.
 
-The blocks are pasted into ``bash -euo pipefail`` with the venv's ``dsh`` first on
+The bash blocks are pasted into ``bash -euo pipefail`` with the venv's ``dsh`` first on
 ``PATH``, in a sandbox (temporary HOME, CODEX_HOME, CLAUDE_CONFIG_DIR, TMPDIR, a private
 git configuration); the server block runs in the background as a second terminal would.
-The real Codex and Claude Code answer through the scripted model.
+The real Codex and Claude Code answer through the scripted model. The Python block runs
+as a user's script (``python example.py``) with the same environment.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ BIN = str(Path(sys.executable).parent)
 pytestmark = pytest.mark.keyless
 
 
-def block(name: str) -> str:
-    """The bash block following ``<!-- ci: name -->``."""
-    found = re.search(rf"^<!-- ci: {re.escape(name)} -->\n```bash\n(.*?)^```", TEXT, re.S | re.M)
-    assert found is not None, f"docs/keyless.md has no bash block marked ci: {name}"
+def block(name: str, language: str = "bash") -> str:
+    """The ``language`` block following ``<!-- ci: name -->``."""
+    marked = rf"^<!-- ci: {re.escape(name)} -->\n```{language}\n(.*?)^```"
+    found = re.search(marked, TEXT, re.S | re.M)
+    assert found is not None, f"docs/keyless.md has no {language} block marked ci: {name}"
     return textwrap.dedent(found.group(1))
 
 
@@ -67,7 +69,7 @@ def bash(box: Sandbox, name: str) -> subprocess.CompletedProcess[str]:
 
 def test_every_marked_block_is_run_here() -> None:
     names = re.findall(r"^<!-- ci: ([a-z-]+) -->$", TEXT, re.M)
-    assert names == ["script", "serve", "run", "follow-up", "batch-worktree", "in-ci"]
+    assert names == ["script", "serve", "run", "follow-up", "batch-worktree", "in-ci", "python"]
 
 
 def test_the_guide_runs_as_written(sandbox: Sandbox) -> None:
@@ -157,3 +159,23 @@ def test_the_bad_script_line_shown_is_what_dsh_says(sandbox: Sandbox) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.splitlines() == shown("A bad script is one line")
+
+
+def test_the_python_example_runs_as_written(sandbox: Sandbox) -> None:
+    """The kit's serve_keyless_profile, with the real Codex answering through its profile."""
+    assert bash(sandbox, "script").returncode == 0
+    (sandbox.root / "example.py").write_text(block("python", "python"), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "example.py"],
+        cwd=sandbox.root,
+        env=_env(sandbox),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == shown("It prints the scripted answer")
+    no_traceback(done.stderr)
+    # The temporary directory of the profile and the products' homes went with the block.
+    assert list(Path(sandbox.env["TMPDIR"]).iterdir()) == []

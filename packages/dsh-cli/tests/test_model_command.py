@@ -20,6 +20,7 @@ import anyio
 import psutil
 import pytest
 from cli_sandbox import DSH, Dsh, Sandbox, dsh, finish, no_traceback, run, wait_for_file
+from dsh_contract_tests.fixtures import keyless_profile
 from dsh_contract_tests.fixtures.keyless_profile import AMBIENT_MODEL_VARIABLES
 
 # Quotes, a dollar sign and two lines: the file must hold exactly this, unexpanded.
@@ -264,6 +265,19 @@ def test_a_dir_that_is_not_empty_is_exit_2_and_starts_nothing(sandbox: Sandbox) 
     assert code == 2
     assert err == f"dsh: error: --dir {directory}: not a new or empty directory; nothing started\n"
     assert sorted(p.name for p in directory.iterdir()) == ["mine.txt"]
+
+
+def test_the_help_names_the_tools_the_kit_binds(sandbox: Sandbox) -> None:
+    """The help is written without importing the kit (an extra): its names must agree."""
+    code, out, err = run(sandbox, "model", "serve", "--help")
+    assert code == 0, err
+    words = " ".join(out.split())  # argparse wraps the description
+    for tool in (
+        keyless_profile.CODEX_TOOL,
+        keyless_profile.CLAUDE_TOOL,
+        keyless_profile.CODEX_ACP_TOOL,
+    ):
+        assert f"{tool} " in words or f"{tool}," in words, tool
 
 
 def test_model_check_lists_the_rules_and_starts_nothing(sandbox: Sandbox) -> None:

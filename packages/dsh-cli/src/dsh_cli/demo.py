@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import signal
-import tempfile
 import time
-from collections.abc import Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -31,7 +27,7 @@ from typing import Any, Final, TextIO
 import anyio
 from dsh_profiles.errors import UsageError
 from dsh_profiles.loader import Composition, compose
-from dsh_profiles.profile import JobsSection, Profile, ProviderRow, ToolRow
+from dsh_profiles.profile import parse_profile
 from dsh_profiles.runtime import Runtime, delegate, open_runtime
 from dsh_subagent import (
     COMPLETED,
@@ -139,12 +135,12 @@ async def _delegate_all(
     return outcomes
 
 
-def _fixtures() -> tuple[Any, Any]:
+def _fixtures() -> Any:
     try:
-        from dsh_contract_tests.fixtures import messages, responses
+        from dsh_contract_tests.fixtures import keyless_profile, scripted
     except ImportError as exc:  # pragma: no cover - depends on the installed extra
         raise UsageError("dsh demo needs the demo extra: pip install 'dsh-cli[demo]'") from exc
-    return responses, messages
+    return keyless_profile, scripted
 
 
 def run_demo(
@@ -165,74 +161,64 @@ def run_demo(
     api_key = os.environ.get("DEEPSEEK_API_KEY", "") if deepseek else ""
     if deepseek and not api_key:
         raise UsageError("dsh demo --deepseek needs DEEPSEEK_API_KEY in the environment")
-    responses, messages = _fixtures()
+    keyless_profile, scripted = _fixtures()
     subreaper = become_subreaper()
     wall = time.monotonic()
     codex_answer = "DSH-DEMO: the real Codex app-server answered through the loopback model."
     claude_answer = "DSH-DEMO: the real Claude Code CLI answered through the loopback model."
     nonce = f"DSH_CLAUDE_DEEPSEEK_{secrets.token_hex(16)}"
-    root = Path(tempfile.mkdtemp(prefix="dsh-demo-"))
-    try:
-        with ExitStack() as stack:
-            resp = stack.enter_context(
-                responses.ResponsesFixture([responses.PlainAnswer(codex_answer, "final_answer")])
-            )
-            msgs = stack.enter_context(
-                messages.MessagesFixture(default=messages.TextAnswer(claude_answer))
-            )
-            workspace = root / "workspace"
-            workspace.mkdir()
-            codex_env = responses.codex_keyless_env(root / "codex")
-            responses.write_codex_config(codex_env["CODEX_HOME"], resp.base_url)
-            if deepseek:
-                claude_env: Mapping[str, str | None] = deepseek_claude_env(
-                    api_key, root / "claude", base_url=deepseek_base_url
-                )
-                claude_task = f"Reply with exactly {nonce} and nothing else. Do not use tools."
-                claude_expected, claude_model = nonce, f"DeepSeek ({deepseek_base_url})"
-            else:
-                home = messages.keyless_claude_home(root / "claude", msgs.base_url)
-                claude_env = dict(home.env)
-                claude_task = "Reply with the demo sentence."
-                claude_expected, claude_model = claude_answer, f"loopback model {msgs.base_url}"
-            jobs = [
-                _Job(
-                    "subagent_codex",
-                    "codex",
-                    "Codex app-server",
-                    "Reply with the demo sentence.",
-                    codex_answer,
-                    f"loopback model {resp.base_url}/responses",
-                ),
-                _Job(
-                    "subagent_claude_code",
-                    "claude-code",
-                    "Claude Code CLI",
-                    claude_task,
-                    claude_expected,
-                    claude_model,
-                ),
-            ]
-            profile = Profile(
-                providers=(
-                    ProviderRow(type="codex", config={"env": codex_env}),
-                    ProviderRow(type="claude-code", config={"env": dict(claude_env)}),
-                ),
-                tools=tuple(ToolRow(name=j.tool, provider=j.provider) for j in jobs),
-                jobs=JobsSection(),
-            )
-            composition = compose(profile, source="<dsh demo profile>")
-            claude_url = deepseek_base_url if deepseek else msgs.base_url
-            _banner(out, deepseek, root, resp.base_url, claude_url)
-            parent = ParentContext(session_id="dsh-demo", cwd=str(workspace))
-            with ProcessWatch() as watch:
-                outcomes = anyio.run(_delegate_all, composition, jobs, parent, err)
-            survivors = watch.alive()
-            reap_adopted_zombies()  # every delegation has settled: nothing is waited for
-            ok = _report(out, jobs, outcomes, resp, msgs, deepseek)
-            seen = watch.seen
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    # The kit's keyless setup, with each product's own defaults (the tasks run no command);
+    # it removes the temporary root when it stops.
+    with keyless_profile.serve_keyless_profile(
+        scripted.answer_script(codex_answer),
+        claude_script=scripted.answer_script(claude_answer),
+        run_commands_unasked=False,
+        continuation=False,
+        temp_prefix="dsh-demo-",
+    ) as served:
+        root, resp, msgs = served.root, served.models.responses, served.models.messages
+        workspace = root / "workspace"
+        workspace.mkdir()
+        claude_env = None
+        if deepseek:
+            claude_env = deepseek_claude_env(api_key, root / "claude", base_url=deepseek_base_url)
+            claude_task = f"Reply with exactly {nonce} and nothing else. Do not use tools."
+            claude_expected, claude_model = nonce, f"DeepSeek ({deepseek_base_url})"
+        else:
+            claude_task = "Reply with the demo sentence."
+            claude_expected, claude_model = claude_answer, f"loopback model {msgs.base_url}"
+        jobs = [
+            _Job(
+                keyless_profile.CODEX_TOOL,
+                "codex",
+                "Codex app-server",
+                "Reply with the demo sentence.",
+                codex_answer,
+                f"loopback model {resp.base_url}/responses",
+            ),
+            _Job(
+                keyless_profile.CLAUDE_TOOL,
+                "claude-code",
+                "Claude Code CLI",
+                claude_task,
+                claude_expected,
+                claude_model,
+            ),
+        ]
+        # In memory: it drops the caller's Claude Code model variables (a file cannot say
+        # so), and a DeepSeek key never reaches a file.
+        source = "<dsh demo profile>"
+        data = served.profile_data(claude_env=claude_env)
+        composition = compose(parse_profile(data, source), source=source)
+        claude_url = deepseek_base_url if deepseek else msgs.base_url
+        _banner(out, deepseek, root, resp.base_url, claude_url)
+        parent = ParentContext(session_id="dsh-demo", cwd=str(workspace))
+        with ProcessWatch() as watch:
+            outcomes = anyio.run(_delegate_all, composition, jobs, parent, err)
+        survivors = watch.alive()
+        reap_adopted_zombies()  # every delegation has settled: nothing is waited for
+        ok = _report(out, jobs, outcomes, resp, msgs, deepseek)
+        seen = watch.seen
     names = ", ".join(sorted({p.name for p in seen})) or "none"
     print(f"process tree: {len(seen)} process(es) ran ({names}); ", end="", file=out)
     if survivors:
