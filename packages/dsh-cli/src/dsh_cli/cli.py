@@ -26,6 +26,7 @@ from dsh_profiles.discovery import ProviderDiscovery
 from dsh_profiles.errors import DshProfilesError
 from dsh_profiles.loader import Composition, load_profile
 from dsh_profiles.logs import cli_logging
+from dsh_profiles.run import EXIT_START_FAILED, one_line
 from dsh_profiles.runtime import open_runtime
 from dsh_profiles.spawnguard import SpawnCounter
 from dsh_profiles.telemetry import exporting
@@ -36,17 +37,10 @@ from dsh_cli.batch import cmd_batch
 from dsh_cli.batch_options import add_batch_parser
 from dsh_cli.confinement import policy_lines
 from dsh_cli.model_command import add_model_parser, cmd_model
-from dsh_cli.run_command import (
-    EXIT_CODES,
-    EXIT_START_FAILED,
-    add_run_arguments,
-    cmd_run,
-    exit_code_for,
-    one_line,
-)
+from dsh_cli.run_command import add_run_arguments, cmd_run
 from dsh_cli.worktrees_command import add_worktrees_parser, cmd_worktrees
 
-__all__ = ["EXIT_CODES", "exit_code_for", "main"]
+__all__ = ["main"]
 
 EXIT_USAGE: Final = 2
 

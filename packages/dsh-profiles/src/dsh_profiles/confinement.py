@@ -23,6 +23,7 @@ __all__ = [
     "CONFINEMENT_MODES",
     "add_confinement_flag",
     "announce_confinement",
+    "confinement_modes",
     "override_confinement",
 ]
 
@@ -59,7 +60,8 @@ def override_confinement(
     return None
 
 
-def _modes(providers: Iterable[SubagentProvider]) -> list[ConfinementMode]:
+def confinement_modes(providers: Iterable[SubagentProvider]) -> list[ConfinementMode]:
+    """The confinement mode of each provider that has a confinement setting."""
     modes: list[ConfinementMode] = []
     for provider in providers:
         inner = getattr(provider, "inner", provider)
@@ -72,7 +74,7 @@ def _modes(providers: Iterable[SubagentProvider]) -> list[ConfinementMode]:
 def announce_confinement(providers: Iterable[SubagentProvider], err: TextIO) -> None:
     """Before anything starts: refuse a ``required`` instance this kernel cannot confine
     (:class:`UsageError`, exit 2), else say once that ``auto`` instances run unconfined."""
-    modes = _modes(providers)
+    modes = confinement_modes(providers)
     refusal = confinement_refusal_line(modes)
     if refusal is not None:
         raise UsageError(refusal)
