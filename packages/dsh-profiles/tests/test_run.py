@@ -30,6 +30,7 @@ from dsh_subagent import (
     AssistantText,
     Budget,
     CancelController,
+    ConfinementSetting,
     ContinuationHandle,
     ProductStartError,
     SubagentError,
@@ -39,6 +40,7 @@ from dsh_subagent import (
     Usage,
 )
 from dsh_subagent.testing import Script, ScriptedProvider
+from dsh_subprocess import _landlock
 from dsh_worktree import Worktree
 from pydantic import BaseModel, ConfigDict
 
@@ -57,6 +59,7 @@ class ScriptConfig(BaseModel):
     hold: bool = False
     start_fails: bool = False
     result_raises: bool = False
+    confinement: ConfinementSetting = ConfinementSetting(mode="off")
 
 
 class Entry(ScriptedProvider):
@@ -77,6 +80,7 @@ class Entry(ScriptedProvider):
             result_error=OSError("/secret/path/result") if config.result_raises else None,
         )
         super().__init__(config.provider_name, [script])
+        self.config = config  # where the confinement checks read the instance's mode
         Entry.made.append(self)
 
 
@@ -169,6 +173,29 @@ async def test_bad_input_is_one_usage_error_and_starts_nothing(
     composition = _composition()
     with pytest.raises(UsageError, match=message):
         await run_task(composition, **arguments)
+    assert Entry.made[0].start_count == 0
+
+
+async def test_auto_confinement_without_landlock_is_a_notice_and_required_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_landlock, "abi", lambda: 0)
+    notices: list[str] = []
+
+    def keep(event: RunEvent) -> None:
+        if isinstance(event, RunNotice):
+            notices.append(event.text)
+
+    auto = _composition({"confinement": {"mode": "auto"}})
+    outcome = await run_task(auto, target="subagent_worker", task="x", on_event=keep)
+    assert outcome.exit_code == 0
+    assert notices == [
+        "this kernel offers no Landlock: providers with confinement 'auto' run unconfined "
+        "(see docs/security.md)"
+    ]
+    required = _composition({"confinement": {"mode": "required"}})
+    with pytest.raises(UsageError, match="confinement is required"):
+        await run_task(required, target="subagent_worker", task="x")
     assert Entry.made[0].start_count == 0
 
 

@@ -277,7 +277,7 @@ async def _plan(
         raise UsageError(refusal)
     fallback = confinement_fallback_line(modes)
     if fallback is not None:
-        notify(fallback)
+        notify(fallback.removeprefix("dsh: "))  # notices are phrased without the prefix
     if worktree is not None:
         try:
             composition = isolate(composition, provider, worktree)
