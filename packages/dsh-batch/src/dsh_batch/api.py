@@ -16,13 +16,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 from dsh_profiles.discovery import ProviderDiscovery
 from dsh_profiles.errors import DshProfilesError, UsageError
-from dsh_profiles.isolation import check_branch_count, check_isolation, isolate
+from dsh_profiles.isolation import isolate
 from dsh_profiles.options import resolve_target
 from dsh_profiles.warm import batch_warm
-from dsh_subagent import Budget, CancelController, CancelSignal, SubagentError
+from dsh_subagent import Budget, CancelSignal, SubagentError
 from dsh_subagent.structured import check_output_schema
 from dsh_worktree import MAX_WARM, Worktree, WorktreeError
 from pydantic import (
@@ -36,21 +35,15 @@ from pydantic import (
     ValidationError,
 )
 
-from dsh_batch.checks import check_base, check_out_path, check_task_cwds
+from dsh_batch.checks import check_base, check_out_path
 from dsh_batch.engine import (
     FILES_PLACEHOLDER,
-    BatchPlan,
-    Interrupts,
-    RecordSink,
-    Summary,
     default_concurrency,
     load_batch_profile,
-    select_tasks,
-    task_cwd,
 )
 from dsh_batch.events import BatchObserver
 from dsh_batch.files import BatchRecord, BatchTask, ResultsFile, describe_error
-from dsh_batch.local import run_local
+from dsh_batch.runner import BatchRun, BatchSetup, RaySetup
 from dsh_batch.schema import typed_row_schema
 
 __all__ = ["BatchFailedError", "BatchSettings", "run_batch"]
@@ -112,16 +105,6 @@ class BatchFailedError(DshProfilesError):
         self.records = records
 
 
-class _Kept:
-    """The records of a batch without a results file."""
-
-    def __init__(self) -> None:
-        self.latest: dict[str, BatchRecord] = {}
-
-    def append(self, record: BatchRecord) -> None:
-        self.latest[record.id] = record
-
-
 def _settings(options: Mapping[str, Any]) -> BatchSettings:
     try:
         return BatchSettings.model_validate(options)
@@ -160,6 +143,7 @@ def run_batch(
     *,
     observer: BatchObserver | None = None,
     cancel: CancelSignal | None = None,
+    handle_signals: bool = False,
     discovery: ProviderDiscovery | None = None,
     **options: Any,
 ) -> list[BatchRecord]:
@@ -171,6 +155,9 @@ def run_batch(
         observer: Called with each progress event (:mod:`dsh_batch.events`).
         cancel: Stops the batch: runs in progress are cancelled and not recorded, and
             the call returns what settled (the missing tasks run again on resume).
+        handle_signals: Also stop at SIGINT or SIGTERM, as ``cancel`` does (main thread
+            only; on Ray a second signal kills the actors running tasks). Off by
+            default: a library leaves its host's signal handlers alone.
         discovery: Where provider types come from (default: installed entry points).
         **options: The fields of :class:`BatchSettings` (``profile`` and ``target`` are
             required).
@@ -235,61 +222,41 @@ def run_batch(
         except WorktreeError as exc:
             raise UsageError(f"run_batch: field 'worktree': {exc.message}") from None
     isolation = worktree if worktree is not None else composition.provider(provider).worktree
-    file = ResultsFile(settings.out) if settings.out is not None else None
-    sink: RecordSink
-    kept = _Kept()
-    if file is not None:
-        file.open()  # the lock is held from here to the end of the batch
-        sink = file
-    else:
-        sink = kept
-    try:
-        todo = (
-            select_tasks(todo_all, file, retry_failed=settings.retry_failed)
-            if file is not None
-            else todo_all
+    ray = None
+    if on_ray:
+        address = settings.ray if isinstance(settings.ray, str) else None
+        ray = RaySetup(
+            address,
+            cwd,
+            retries=settings.ray_retries,
+            worktree=worktree,
+            confinement=settings.confinement,
+            warm=settings.warm,
         )
-        if files is None and any(FILES_PLACEHOLDER in (task.cwd or "") for task in todo):
-            raise UsageError(f"run_batch: a task cwd uses {FILES_PLACEHOLDER}: give files=")
-        check_branch_count(isolation, len(todo))
-        if base is not None:
-            cwds = [(task, task_cwd(task, base, files)) for task in todo]
-            check_task_cwds(cwds, {}, "run_batch tasks")
-            check_isolation(composition, provider, (c for _, c in cwds))
-        summary = Summary(0, 0, False, 0)
-        if todo and on_ray:
-            from dsh_batch.ray_pool import check_ray, run_on_ray
-
-            address = settings.ray if isinstance(settings.ray, str) else None
-            check_ray(address)
-            summary = run_on_ray(
-                address,
-                profile=settings.profile,
-                files=files,
-                plan=BatchPlan(todo, provider, settings.budget, settings.concurrency or 0),
-                base_cwd=cwd,
-                retries=settings.ray_retries,
-                results=sink,
-                observer=observer,
-                interrupts=Interrupts(),
-                cancel=cancel,
-                worktree=worktree,
-                confinement=settings.confinement,
-                warm=settings.warm,
-            )
-        elif todo:
-            assert base is not None
-            plan = BatchPlan(todo, provider, settings.budget, concurrency)
-            signal = cancel if cancel is not None else CancelController().signal
-            summary = anyio.run(run_local, composition, plan, base, files, sink, signal, observer)
-        latest = file.latest if file is not None else kept.latest
+    setup = BatchSetup(
+        composition,
+        provider,
+        todo_all,
+        profile=settings.profile,
+        base=base,
+        files=files,
+        no_files=f"run_batch: a task cwd uses {FILES_PLACEHOLDER}: give files=",
+        budget=settings.budget,
+        concurrency=settings.concurrency if on_ray else concurrency,
+        retry_failed=settings.retry_failed,
+        ray=ray,
+        isolation=isolation,
+        tasks_name="run_batch tasks",
+    )
+    file = ResultsFile(settings.out) if settings.out is not None else None
+    with BatchRun(setup, file) as batch:
+        batch.check()
+        summary = batch.run(observer=observer, cancel=cancel, handle_signals=handle_signals)
+        latest = batch.latest
         records = [latest[task.id] for task in todo_all if task.id in latest]
-        if summary.error is not None:
-            raise BatchFailedError(summary.error, records)
-        return records
-    finally:
-        if file is not None:
-            file.close()
+    if summary.error is not None:
+        raise BatchFailedError(summary.error, records)
+    return records
 
 
 def _schema_problem(schema: dict[str, JsonValue]) -> str | None:

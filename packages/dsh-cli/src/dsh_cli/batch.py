@@ -21,47 +21,35 @@ error, or another batch holds the results file (nothing started, nothing recorde
 A profile may name files of the batch as ``${DSH_FILES}`` (only in ``dsh batch``): it
 stands for ``--files DIR`` here, and for the copy of that directory Ray unpacked on each
 node with ``--ray``.
+
+From the loaded profile on, the batch takes the path ``run_batch`` takes
+(:class:`dsh_batch.runner.BatchRun`, with ``handle_signals=True``); this module reads the
+flags and renders the lines and the exit status.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Final, TextIO
 
-import anyio
-from dsh_batch.checks import check_base, check_out_path, check_task_cwds
+from dsh_batch.checks import check_base, check_out_path
 from dsh_batch.engine import (
     FILES_PLACEHOLDER,
-    BatchPlan,
-    Interrupts,
     Summary,
     default_concurrency,
     load_batch_profile,
-    select_tasks,
-    task_cwd,
 )
-from dsh_batch.files import BatchTask, ResultsFile, TaskList, read_tasks
-from dsh_batch.local import run_local
+from dsh_batch.files import ResultsFile, TaskList, read_tasks
+from dsh_batch.runner import BatchRun, BatchSetup, RaySetup
 from dsh_batch.schema import typed_row_schema, with_output_schema, with_schema
 from dsh_profiles.confinement import announce_confinement
 from dsh_profiles.discovery import ProviderDiscovery
 from dsh_profiles.errors import UsageError
-from dsh_profiles.isolation import (
-    check_branch_count,
-    check_isolation,
-    isolate_from_flags,
-    worktree_from_flags,
-)
-from dsh_profiles.loader import Composition
+from dsh_profiles.isolation import isolate_from_flags, worktree_from_flags
 from dsh_profiles.options import budget_from, resolve_target
 from dsh_profiles.warm import batch_warm
-from dsh_subagent import CancelController
 
 from dsh_cli.batch_progress import BatchDisplay
 
@@ -69,7 +57,6 @@ __all__ = ["cmd_batch"]
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
 
 
@@ -112,61 +99,57 @@ def cmd_batch(
     # A bounded batch reuses its worktrees: a pool as large as its concurrency.
     warm = args.concurrency or default_concurrency()
     composition = isolate_from_flags(composition, provider, args, warm=warm)
-    settings = worktree if worktree is not None else composition.provider(provider).worktree
+    ray = None
+    if args.ray is not None:
+        ray = RaySetup(
+            args.ray or None,
+            args.cwd,
+            retries=args.ray_retries,
+            worktree=worktree,
+            confinement=args.confinement,
+            warm=args.warm,
+        )
+    setup = BatchSetup(
+        composition,
+        provider,
+        task_list.tasks,
+        profile=Path(args.profile),
+        base=base,
+        files=files,
+        no_files=f"a task cwd uses {FILES_PLACEHOLDER}: pass --files DIR",
+        budget=budget,
+        concurrency=args.concurrency if ray is not None else warm,
+        retry_failed=args.retry_failed,
+        ray=ray,
+        isolation=worktree if worktree is not None else composition.provider(provider).worktree,
+        line_of=task_list.line_of,
+        tasks_name=args.tasks,
+    )
     results = ResultsFile(args.out)
-    results.open()  # the lock is held from here to the end of the batch
-    try:
-        todo = _plan(args, task_list, results, err)
-        if files is None and any(FILES_PLACEHOLDER in (task.cwd or "") for task in todo):
-            raise UsageError(f"a task cwd uses {FILES_PLACEHOLDER}: pass --files DIR")
-        check_branch_count(settings, len(todo))
-        if base is not None:  # with --ray, task cwds are paths on the nodes
-            cwds = [(task, task_cwd(task, base, files)) for task in todo]
-            check_task_cwds(cwds, task_list.line_of, args.tasks)
-            check_isolation(composition, provider, (cwd for _, cwd in cwds))
+    with BatchRun(setup, results) as batch:
+        _report_plan(args, task_list, batch, err)
+        batch.check()
         bad = len(task_list.bad_lines)
-        if not todo:  # nothing to run: connect to nothing, start nothing
-            return _report(Summary(0, 0, False, 0), bad, args.out, results, err)
-        if args.ray is not None:
-            from dsh_batch.ray_pool import check_ray, run_on_ray
-
-            check_ray(args.ray or None)
-            interrupts = Interrupts()
-            with BatchDisplay(len(todo), err) as display, _signals_to(interrupts):
-                summary = run_on_ray(
-                    args.ray or None,
-                    profile=Path(args.profile),
-                    files=files,
-                    plan=BatchPlan(todo, provider, budget, args.concurrency or 0),
-                    base_cwd=args.cwd,
-                    retries=args.ray_retries,
-                    results=results,
-                    observer=display.event,
-                    interrupts=interrupts,
-                    worktree=worktree,
-                    confinement=args.confinement,
-                    warm=args.warm,
-                )
-        else:
-            assert base is not None
-            plan = BatchPlan(todo, provider, budget, args.concurrency or default_concurrency())
-            summary = anyio.run(_run_here, composition, plan, base, files, results, err)
+        summary = Summary(0, 0, False, 0)
+        if batch.todo:
+            with BatchDisplay(len(batch.todo), err) as display:
+                summary = batch.run(observer=display.event, handle_signals=True)
         return _report(summary, bad, args.out, results, err)
-    finally:
-        results.close()
 
 
-def _plan(
-    args: argparse.Namespace, task_list: TaskList, results: ResultsFile, err: TextIO
-) -> tuple[BatchTask, ...]:
-    """The tasks to run (the engine's choice), after reporting what is skipped."""
+def _report_plan(
+    args: argparse.Namespace, task_list: TaskList, batch: BatchRun, err: TextIO
+) -> None:
+    """What is skipped and what runs (the tasks are the runner's choice)."""
+    results = batch.results
+    assert results is not None
     for line_no in results.unreadable:
         print(f"dsh: {args.out} line {line_no}: not a result record; ignored", file=err)
     for line in task_list.bad_lines:
         print(f"dsh: {args.tasks} line {line.line_no}: {line.reason}; skipped", file=err)
     total = len(task_list.tasks)
     recorded = results.done
-    todo = select_tasks(task_list.tasks, results, retry_failed=args.retry_failed)
+    todo = batch.todo
     if args.retry_failed:
         again = sum(1 for task in todo if task.id in recorded)
         if total - len(todo) or again:
@@ -176,7 +159,7 @@ def _plan(
                 f"running {len(todo)}{note}",
                 file=err,
             )
-        return todo
+        return
     skipped = total - len(todo)
     if skipped:
         failed = sum(1 for task in task_list.tasks if task.id in recorded - results.completed)
@@ -185,7 +168,6 @@ def _plan(
             f"dsh: {skipped} of {total} tasks already in {args.out}{note}; running {len(todo)}",
             file=err,
         )
-    return todo
 
 
 def _report(summary: Summary, bad: int, out_path: str, results: ResultsFile, err: TextIO) -> int:
@@ -206,54 +188,3 @@ def _report(summary: Summary, bad: int, out_path: str, results: ResultsFile, err
         print("dsh: batch interrupted; run the same command again to resume", file=err)
         return EXIT_INTERRUPTED
     return EXIT_OK if summary.failed == 0 and bad == 0 else EXIT_FAILED
-
-
-@contextmanager
-def _signals_to(interrupts: Interrupts) -> Iterator[None]:
-    """SIGINT and SIGTERM become requests in ``interrupts`` while the Ray pool runs."""
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        interrupts.request(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-async def _watch_signals(controller: CancelController, display: BatchDisplay, err: TextIO) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            if controller.signal.aborted:
-                print("dsh: still cancelling; waiting for every product to exit", file=err)
-                continue
-            name = signal.Signals(signum).name
-            display.message(
-                f"dsh: {name}: cancelling {display.running} running task(s); "
-                "waiting for every product to exit"
-            )
-            controller.cancel(f"interrupted ({name})")
-
-
-async def _run_here(
-    composition: Composition,
-    plan: BatchPlan,
-    base: str,
-    files: str | None,
-    results: ResultsFile,
-    err: TextIO,
-) -> Summary:
-    """The local runner under a display, with SIGINT and SIGTERM cancelling the batch."""
-    controller = CancelController()
-    with BatchDisplay(len(plan.tasks), err) as display:
-        async with anyio.create_task_group() as outer:
-            outer.start_soon(_watch_signals, controller, display, err)
-            try:
-                summary = await run_local(
-                    composition, plan, base, files, results, controller.signal, display.event
-                )
-            finally:
-                outer.cancel_scope.cancel()
-    return summary
