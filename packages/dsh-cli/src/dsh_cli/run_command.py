@@ -40,17 +40,7 @@ from dsh_profiles.isolation import worktree_from_flags
 from dsh_profiles.loader import load_profile
 from dsh_profiles.options import budget_from, resolve_target
 from dsh_profiles.output_schema import load_output_schema
-from dsh_profiles.run import (
-    RunEvent,
-    RunNotice,
-    RunOutcome,
-    RunPublished,
-    RunSettled,
-    RunStarting,
-    json_record,
-    parse_resume,
-    run_task,
-)
+from dsh_profiles.run import RunEvent, RunNotice, RunOutcome, json_record, parse_resume, run_task
 from dsh_profiles.runtime import validate_task, validate_utf8
 from dsh_profiles.spawnguard import SpawnCounter
 from dsh_subagent import (
@@ -119,8 +109,8 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 
 class _Shown:
-    """Hands the library's events to the view; the view is up from the product's start
-    (after every check passed) to the end of the command."""
+    """Hands the library's events to the view, which is up from the product's start
+    (once every check passed) to the end of the command."""
 
     def __init__(self, view: RunView, stack: ExitStack) -> None:
         self._view = view
@@ -128,21 +118,10 @@ class _Shown:
         self._up = False
 
     def event(self, event: RunEvent) -> None:
-        view = self._view
-        if isinstance(event, RunNotice):
-            view.say(f"dsh: {event.text}")
-            return
-        if not self._up:
-            self._stack.enter_context(view)
+        if not self._up and not isinstance(event, RunNotice):
+            self._stack.enter_context(self._view)
             self._up = True
-        if isinstance(event, RunStarting):
-            view.begin()
-        elif isinstance(event, RunPublished):
-            view.published()
-        elif isinstance(event, RunSettled):
-            view.settled(event.outcome)
-        else:
-            view.event(event)
+        self._view.event(event)
 
 
 def _report_job(snapshot: JobSnapshot, text: str, tool: str, out: TextIO, err: TextIO) -> None:
