@@ -64,11 +64,13 @@ def test_it_runs_only_what_the_results_file_does_not_hold(tmp_path: Path) -> Non
     out.write_text("".join(r.model_dump_json() + "\n" for r in records), encoding="utf-8")
     with BatchRun(_setup(tmp_path, [A, B]), ResultsFile(out)) as batch:
         assert batch.todo == ()
+        assert (batch.skipped, batch.skipped_failed, batch.again) == (2, 1, 0)
         assert batch.run() == Summary(0, 0, False, 0)  # nothing to run: nothing starts
     assert _Answers.made[0].start_count == 0
     setup = _setup(tmp_path, [A, B], retry_failed=True)
     with BatchRun(setup, ResultsFile(out)) as batch:
         assert batch.todo == (B,)
+        assert (batch.skipped, batch.skipped_failed, batch.again) == (1, 0, 1)
         batch.check()
         summary = batch.run()
         assert batch.latest["b"].stop_reason == "completed"
@@ -101,3 +103,17 @@ def test_check_refuses_with_the_setups_own_words_and_starts_nothing(
     with batch, pytest.raises(UsageError, match=message):
         batch.check()
     assert _Answers.made[0].start_count == 0
+
+
+@pytest.mark.parametrize(
+    ("summary", "bad_lines", "code"),
+    [
+        (Summary(2, 0, False, 0), 0, 0),
+        (Summary(2, 0, False, 0), 1, 1),  # a bad task line fails the batch
+        (Summary(1, 1, False, 0), 0, 1),
+        (Summary(1, 0, True, 1), 0, 130),
+        (Summary(1, 0, True, 1, error="ray went away"), 0, 1),
+    ],
+)
+def test_the_exit_status_of_a_summary(summary: Summary, bad_lines: int, code: int) -> None:
+    assert summary.exit_code(bad_lines) == code

@@ -147,6 +147,25 @@ class BatchRun:
             self.results.close()
 
     @property
+    def skipped(self) -> int:
+        """Tasks left out because of their records in the results file."""
+        return len(self.setup.tasks) - len(self.todo)
+
+    @property
+    def again(self) -> int:
+        """Tasks that run again although they have a record (``retry_failed``)."""
+        recorded = self.results.done if self.results is not None else frozenset()
+        return sum(1 for task in self.todo if task.id in recorded)
+
+    @property
+    def skipped_failed(self) -> int:
+        """Skipped tasks whose latest record is not completed (``retry_failed`` runs them)."""
+        if self.results is None or self.setup.retry_failed:
+            return 0
+        failed = self.results.done - self.results.completed
+        return sum(1 for task in self.setup.tasks if task.id in failed)
+
+    @property
     def latest(self) -> Mapping[str, BatchRecord]:
         """The latest record of each id (with a results file: its records too)."""
         return self.results.latest if self.results is not None else self._kept.latest

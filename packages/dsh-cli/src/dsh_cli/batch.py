@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Final, TextIO
+from typing import TextIO
 
 from dsh_batch.checks import check_base, check_out_path
 from dsh_batch.engine import (
@@ -54,10 +54,6 @@ from dsh_profiles.warm import batch_warm
 from dsh_cli.batch_progress import BatchDisplay
 
 __all__ = ["cmd_batch"]
-
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_INTERRUPTED: Final = 130
 
 
 def cmd_batch(
@@ -141,31 +137,25 @@ def _report_plan(
     args: argparse.Namespace, task_list: TaskList, batch: BatchRun, err: TextIO
 ) -> None:
     """What is skipped and what runs (the tasks are the runner's choice)."""
-    results = batch.results
-    assert results is not None
-    for line_no in results.unreadable:
+    assert batch.results is not None
+    for line_no in batch.results.unreadable:
         print(f"dsh: {args.out} line {line_no}: not a result record; ignored", file=err)
     for line in task_list.bad_lines:
         print(f"dsh: {args.tasks} line {line.line_no}: {line.reason}; skipped", file=err)
-    total = len(task_list.tasks)
-    recorded = results.done
-    todo = batch.todo
+    total, running = len(task_list.tasks), len(batch.todo)
     if args.retry_failed:
-        again = sum(1 for task in todo if task.id in recorded)
-        if total - len(todo) or again:
-            note = f" ({again} again after a failed record)" if again else ""
+        if batch.skipped or batch.again:
+            note = f" ({batch.again} again after a failed record)" if batch.again else ""
             print(
-                f"dsh: {total - len(todo)} of {total} tasks already completed in {args.out}; "
-                f"running {len(todo)}{note}",
+                f"dsh: {batch.skipped} of {total} tasks already completed in {args.out}; "
+                f"running {running}{note}",
                 file=err,
             )
-        return
-    skipped = total - len(todo)
-    if skipped:
-        failed = sum(1 for task in task_list.tasks if task.id in recorded - results.completed)
+    elif batch.skipped:
+        failed = batch.skipped_failed
         note = f" ({failed} of them failed; --retry-failed runs those again)" if failed else ""
         print(
-            f"dsh: {skipped} of {total} tasks already in {args.out}{note}; running {len(todo)}",
+            f"dsh: {batch.skipped} of {total} tasks already in {args.out}{note}; running {running}",
             file=err,
         )
 
@@ -183,8 +173,6 @@ def _report(summary: Summary, bad: int, out_path: str, results: ResultsFile, err
     print(f"dsh: batch: {', '.join(parts)}; {where}{tail}", file=err)
     if summary.error is not None:
         print(f"dsh: batch failed: {summary.error}", file=err)
-        return EXIT_FAILED
-    if summary.interrupted:
+    elif summary.interrupted:
         print("dsh: batch interrupted; run the same command again to resume", file=err)
-        return EXIT_INTERRUPTED
-    return EXIT_OK if summary.failed == 0 and bad == 0 else EXIT_FAILED
+    return summary.exit_code(bad)
