@@ -11,19 +11,15 @@ record per id counts). The call returns once every product's process tree is gon
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 from dsh_profiles.discovery import ProviderDiscovery
 from dsh_profiles.errors import DshProfilesError, UsageError
-from dsh_profiles.isolation import isolate
-from dsh_profiles.options import resolve_target
-from dsh_profiles.warm import batch_warm
 from dsh_subagent import Budget, CancelSignal, SubagentError
 from dsh_subagent.structured import check_output_schema
-from dsh_worktree import MAX_WARM, Worktree, WorktreeError
+from dsh_worktree import Worktree
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -35,18 +31,25 @@ from pydantic import (
     ValidationError,
 )
 
-from dsh_batch.checks import check_base, check_out_path
 from dsh_batch.engine import (
     FILES_PLACEHOLDER,
-    default_concurrency,
-    load_batch_profile,
 )
 from dsh_batch.events import BatchObserver
 from dsh_batch.files import BatchRecord, BatchTask, ResultsFile, describe_error
-from dsh_batch.runner import BatchRun, BatchSetup, RaySetup
-from dsh_batch.schema import typed_row_schema
+from dsh_batch.prepare import Wording, check_places, load_setup
+from dsh_batch.runner import BatchRun
 
 __all__ = ["BatchFailedError", "BatchSettings", "run_batch"]
+
+_WORDING = Wording(
+    files="run_batch: field 'files':",
+    cwd="run_batch: field 'cwd':",
+    ray_cwd="run_batch: field 'cwd': with ray, an absolute path on the nodes",
+    out="run_batch: field 'out':",
+    output_schema="run_batch: field 'output_schema'",
+    worktree="run_batch: field 'worktree': ",
+    no_files=f"run_batch: a task cwd uses {FILES_PLACEHOLDER}: give files=",
+)
 
 
 class BatchSettings(BaseModel):
@@ -174,78 +177,33 @@ def run_batch(
     """
     settings = _settings(options)
     todo_all = _tasks(tasks)
-    files: str | None = None
-    if settings.files is not None:
-        files = os.path.abspath(settings.files)
-        if not os.path.isdir(files):
-            raise UsageError(
-                f"run_batch: field 'files': {str(settings.files)!r} is not a directory"
-            )
     on_ray = settings.ray is not False
-    cwd = None if settings.cwd is None else str(settings.cwd)
-    base: str | None = None
-    if not on_ray:
-        base = check_base(cwd, name="run_batch: field 'cwd':")
-    elif cwd is not None and not os.path.isabs(cwd):
-        raise UsageError("run_batch: field 'cwd': with ray, an absolute path on the nodes")
-    if settings.out is not None:
-        check_out_path(
-            str(settings.out), None, str(settings.profile), name="run_batch: field 'out':"
-        )
-    concurrency = settings.concurrency or default_concurrency()
-    composition = load_batch_profile(
-        settings.profile,
-        files,
-        discovery=discovery,
-        confinement=settings.confinement,
-        warm=batch_warm(settings.warm, concurrency),
-    )
-    provider = resolve_target(composition, settings.target, settings.instance)
-    schema = settings.output_schema
-    if schema is None:
-        schema = typed_row_schema(composition, settings.target, settings.instance)
-    elif (problem := _schema_problem(schema)) is not None:
-        raise UsageError(f"run_batch: field 'output_schema': {problem}")
-    if schema is not None:
-        todo_all = tuple(
-            task
-            if task.output_schema is not None
-            else task.model_copy(update={"output_schema": schema})
-            for task in todo_all
-        )
-    worktree = settings.worktree
-    if worktree is not None and not on_ray:
-        if "warm" not in worktree.model_fields_set:  # a pool as large as the concurrency
-            worktree = worktree.model_copy(update={"warm": min(concurrency, MAX_WARM)})
-        try:
-            composition = isolate(composition, provider, worktree)
-        except WorktreeError as exc:
-            raise UsageError(f"run_batch: field 'worktree': {exc.message}") from None
-    isolation = worktree if worktree is not None else composition.provider(provider).worktree
-    ray = None
-    if on_ray:
-        address = settings.ray if isinstance(settings.ray, str) else None
-        ray = RaySetup(
-            address,
-            cwd,
-            retries=settings.ray_retries,
-            worktree=worktree,
-            confinement=settings.confinement,
-            warm=settings.warm,
-        )
-    setup = BatchSetup(
-        composition,
-        provider,
-        todo_all,
+    places = check_places(
+        settings.files,
+        settings.cwd,
+        on_ray=on_ray,
+        out=settings.out,
+        tasks_path=None,
         profile=settings.profile,
-        base=base,
-        files=files,
-        no_files=f"run_batch: a task cwd uses {FILES_PLACEHOLDER}: give files=",
+        wording=_WORDING,
+    )
+    setup = load_setup(
+        settings.profile,
+        settings.target,
+        todo_all,
+        places,
+        wording=_WORDING,
+        instance=settings.instance,
+        output_schema=settings.output_schema,
         budget=settings.budget,
-        concurrency=settings.concurrency if on_ray else concurrency,
+        concurrency=settings.concurrency,
         retry_failed=settings.retry_failed,
-        ray=ray,
-        isolation=isolation,
+        confinement=settings.confinement,
+        warm=settings.warm,
+        worktree=None if settings.worktree is None else lambda _c, _p: settings.worktree,
+        ray=settings.ray,
+        ray_retries=settings.ray_retries,
+        discovery=discovery,
         tasks_name="run_batch tasks",
     )
     file = ResultsFile(settings.out) if settings.out is not None else None
@@ -257,11 +215,3 @@ def run_batch(
     if summary.error is not None:
         raise BatchFailedError(summary.error, records)
     return records
-
-
-def _schema_problem(schema: dict[str, JsonValue]) -> str | None:
-    try:
-        check_output_schema(schema)
-    except SubagentError as exc:
-        return exc.message
-    return None

@@ -22,34 +22,27 @@ A profile may name files of the batch as ``${DSH_FILES}`` (only in ``dsh batch``
 stands for ``--files DIR`` here, and for the copy of that directory Ray unpacked on each
 node with ``--ray``.
 
-From the loaded profile on, the batch takes the path ``run_batch`` takes
-(:class:`dsh_batch.runner.BatchRun`, with ``handle_signals=True``); this module reads the
-flags and renders the lines and the exit status.
+The batch takes the path ``run_batch`` takes (:mod:`dsh_batch.prepare`'s checks in the
+command's words, then :class:`dsh_batch.runner.BatchRun` with ``handle_signals=True``);
+this module reads the flags and the task file and renders the lines and the exit status.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 from typing import TextIO
 
-from dsh_batch.checks import check_base, check_out_path
-from dsh_batch.engine import (
-    FILES_PLACEHOLDER,
-    Summary,
-    default_concurrency,
-    load_batch_profile,
-)
+from dsh_batch.engine import Summary
 from dsh_batch.files import ResultsFile, TaskList, read_tasks
-from dsh_batch.runner import BatchRun, BatchSetup, RaySetup
-from dsh_batch.schema import typed_row_schema, with_output_schema, with_schema
+from dsh_batch.prepare import COMMAND_WORDING, check_places, load_setup
+from dsh_batch.runner import BatchRun
+from dsh_batch.schema import with_output_schema
 from dsh_profiles.confinement import announce_confinement
 from dsh_profiles.discovery import ProviderDiscovery
-from dsh_profiles.errors import UsageError
-from dsh_profiles.isolation import isolate_from_flags, worktree_from_flags
-from dsh_profiles.options import budget_from, resolve_target
-from dsh_profiles.warm import batch_warm
+from dsh_profiles.isolation import worktree_from_flags
+from dsh_profiles.loader import Composition
+from dsh_profiles.options import budget_from
+from dsh_worktree import Worktree
 
 from dsh_cli.batch_progress import BatchDisplay
 
@@ -65,59 +58,41 @@ def cmd_batch(
     and the results file is held under an exclusive lock for the whole batch; a problem
     found on the way is one usage error with nothing started and nothing recorded.
     """
-    files = None
-    if args.files is not None:
-        files = os.path.abspath(args.files)
-        if not os.path.isdir(files):
-            raise UsageError(f"--files {args.files!r} is not a directory")
-    base: str | None = None
-    if args.ray is None:
-        base = check_base(args.cwd)
-    elif args.cwd is not None and not os.path.isabs(args.cwd):
-        raise UsageError("with --ray, --cwd must be an absolute path on the worker nodes")
-    budget = budget_from(args)
-    check_out_path(args.out, args.tasks, args.profile)
-    task_list = with_output_schema(read_tasks(args.tasks), args.output_schema)
-    composition = load_batch_profile(
-        args.profile,
-        files,
-        discovery=discovery,
-        confinement=args.confinement,
-        warm=batch_warm(args.warm, args.concurrency or default_concurrency()),
+    places = check_places(
+        args.files,
+        args.cwd,
+        on_ray=args.ray is not None,
+        out=args.out,
+        tasks_path=args.tasks,
+        profile=args.profile,
+        wording=COMMAND_WORDING,
     )
-    provider = resolve_target(composition, args.target, args.instance)
-    task_list = with_schema(task_list, typed_row_schema(composition, args.target, args.instance))
-    if args.ray is None:  # with --ray each node decides for itself, at each task's start
+    budget = budget_from(args)
+    task_list = with_output_schema(read_tasks(args.tasks), args.output_schema)
+
+    def announce(composition: Composition, provider: str) -> None:
         announce_confinement([composition.provider(provider).provider], err)
-    # With --ray the settings travel to the actors, which isolate on their nodes; the
-    # flags are checked here either way.
-    worktree = worktree_from_flags(composition, provider, args) if args.ray is not None else None
-    # A bounded batch reuses its worktrees: a pool as large as its concurrency.
-    warm = args.concurrency or default_concurrency()
-    composition = isolate_from_flags(composition, provider, args, warm=warm)
-    ray = None
-    if args.ray is not None:
-        ray = RaySetup(
-            args.ray or None,
-            args.cwd,
-            retries=args.ray_retries,
-            worktree=worktree,
-            confinement=args.confinement,
-            warm=args.warm,
-        )
-    setup = BatchSetup(
-        composition,
-        provider,
+
+    def flags(composition: Composition, provider: str) -> Worktree | None:
+        return worktree_from_flags(composition, provider, args)
+
+    setup = load_setup(
+        args.profile,
+        args.target,
         task_list.tasks,
-        profile=Path(args.profile),
-        base=base,
-        files=files,
-        no_files=f"a task cwd uses {FILES_PLACEHOLDER}: pass --files DIR",
+        places,
+        wording=COMMAND_WORDING,
+        instance=args.instance,
         budget=budget,
-        concurrency=args.concurrency if ray is not None else warm,
+        concurrency=args.concurrency,
         retry_failed=args.retry_failed,
-        ray=ray,
-        isolation=worktree if worktree is not None else composition.provider(provider).worktree,
+        confinement=args.confinement,
+        warm=args.warm,
+        worktree=flags,
+        ray=False if args.ray is None else args.ray or True,
+        ray_retries=args.ray_retries,
+        discovery=discovery,
+        announce=announce,
         line_of=task_list.line_of,
         tasks_name=args.tasks,
     )
