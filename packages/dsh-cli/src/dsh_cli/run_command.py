@@ -30,7 +30,7 @@ import logging
 import os
 import sys
 from contextlib import ExitStack
-from typing import Final, TextIO
+from typing import TextIO
 
 import anyio
 from dsh_profiles.confinement import add_confinement_flag
@@ -44,14 +44,11 @@ from dsh_profiles.run import RunEvent, RunNotice, RunOutcome, json_record, parse
 from dsh_profiles.runtime import validate_task, validate_utf8
 from dsh_profiles.spawnguard import SpawnCounter
 from dsh_subagent import (
-    ABORTED,
     COMPLETED,
-    ERROR,
-    MAX_TOKENS,
-    REFUSAL,
     SubagentResult,
     render_changes,
 )
+from dsh_subagent.tool import stop_headline
 from dsh_tool_jobs import JobSnapshot
 
 from dsh_cli.isolation import add_worktree_flags
@@ -59,13 +56,6 @@ from dsh_cli.options import add_budget_flags
 from dsh_cli.progress_view import LiveView, PlainView, RunView
 
 __all__ = ["add_run_arguments", "cmd_run"]
-
-_HEADLINES: Final = {
-    ABORTED: "subagent run was cancelled",
-    ERROR: "subagent run failed",
-    MAX_TOKENS: "subagent run hit its token limit before finishing",
-    REFUSAL: "subagent declined the task",
-}
 
 
 def add_run_arguments(run: argparse.ArgumentParser) -> None:
@@ -141,9 +131,7 @@ def _status(result: SubagentResult, provider: str, err: TextIO) -> None:
     if result.stop_reason == COMPLETED:
         print(f"dsh: {provider}: completed", file=err)
         return
-    headline = _HEADLINES.get(
-        result.stop_reason, f"subagent run ended abnormally ({result.stop_reason})"
-    )
+    headline = stop_headline(result.stop_reason)
     print(f"dsh: {provider}: {headline} (stop reason: {result.stop_reason})", file=err)
     if result.diagnostic:
         print(f"Diagnostic: {result.diagnostic}", file=err)
