@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import signal
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -233,7 +233,7 @@ class BatchRun:
 
         setup = self.setup
         interrupts = Interrupts()
-        with _signals_to(interrupts) if handle_signals else _nothing():
+        with _signals_to(interrupts) if handle_signals else nullcontext():
             return run_on_ray(
                 ray.address,
                 profile=setup.profile,
@@ -249,11 +249,6 @@ class BatchRun:
                 confinement=ray.confinement,
                 warm=ray.warm,
             )
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 @contextmanager

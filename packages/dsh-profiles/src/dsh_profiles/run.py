@@ -343,8 +343,9 @@ async def run_task(
         resume: A continuation handle (or its ``dshc1.…`` text) of an earlier run.
         output_schema: A JSON Schema (object root) the answer must match; default: the
             tool row's own ``output_schema``.
-        worktree: Run in a git worktree of the cwd's repository, over the profile's
-            isolation (see docs/worktrees.md).
+        worktree: Run in a git worktree of the cwd's repository with these settings, in
+            place of the instance's own isolation (``dsh run`` lays its ``--worktree``
+            flags over the profile's settings first; see docs/worktrees.md).
         cancel: Cancels the run: it settles ``aborted`` (a Job is killed).
         handle_signals: Also cancel on SIGINT and SIGTERM for the call's whole length
             (main thread only); off by default, so a host's own handlers stay in charge.
