@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 from pathlib import Path
@@ -50,6 +51,8 @@ class _Scripted(ScriptedProvider):
         text = request.prompt[0].text if isinstance(request.prompt[0], TextBlock) else ""
         if text == "fail":
             script = Script(attempt_error=RuntimeError("x"), error_diagnostic="scripted failure")
+        elif text == "hold":  # until cancelled
+            script = Script(output=(TextBlock(text="held"),), hold_result=anyio.Event())
         else:
             script = Script.answer(text.removeprefix("echo:"))
         self._scripts = [script]
@@ -178,6 +181,35 @@ def test_it_leaves_the_hosts_signal_handlers_as_they_were(profile: Path) -> None
     _run(profile, [{"id": "a", "task": "echo:alpha"}], observer=observe)
     assert during
     assert all(handler == before[signal.SIGTERM] for handler in during)
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_handle_signals_stops_the_batch_at_sigint_and_puts_the_handlers_back(
+    profile: Path, tmp_path: Path
+) -> None:
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    events: list[BatchEvent] = []
+
+    def interrupt_once_started(event: BatchEvent) -> None:
+        events.append(event)
+        if isinstance(event, TaskStarted):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    out = tmp_path / "results.jsonl"
+    records = _run(
+        profile,
+        [{"id": "a", "task": "hold"}],
+        out=out,
+        observer=interrupt_once_started,
+        handle_signals=True,
+    )
+    assert records == []  # cancelled, so not recorded: the next call runs it
+    notices = [e.text for e in events if isinstance(e, Notice)]
+    assert notices == ["SIGINT: cancelling 1 running task(s); waiting for every product to exit"]
+    assert [type(e).__name__ for e in events if not isinstance(e, Notice)] == [
+        "TaskStarted",
+        "TaskLeft",
+    ]
     assert {sig: signal.getsignal(sig) for sig in before} == before
 
 

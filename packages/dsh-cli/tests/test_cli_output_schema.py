@@ -8,9 +8,9 @@ from typing import ClassVar
 
 import pytest
 from dsh_cli.cli import main
-from dsh_cli.run_command import EXIT_START_FAILED
 from dsh_profiles import StaticDiscovery, load_profile
 from dsh_profiles.errors import ProfileError
+from dsh_profiles.run import EXIT_START_FAILED
 from dsh_subagent import SubagentCapabilities, TextBlock
 from dsh_subagent.testing import Script, ScriptedProvider
 from pydantic import BaseModel, ConfigDict

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import io
 
-from dsh_cli.progress_view import (
-    FIELD_LIMIT,
-    PlainView,
-    activity,
-    format_elapsed,
-    format_tokens,
-    plain_details,
-)
+from dsh_cli.progress_view import PlainView, format_elapsed, format_tokens, plain_details
+from dsh_profiles.run_status import FIELD_LIMIT
 from dsh_subagent import (
     AssistantText,
     FileChanged,
@@ -55,16 +49,6 @@ def test_the_command_text_is_never_shown() -> None:
     # dsh does not opt in to command text, and even an event carrying one shows the name.
     event = ToolStarted(tool_kind="command", name="Bash", command="echo SECRET-CMD")
     assert "SECRET-CMD" not in plain_details(event)
-    assert activity(event) == "running Bash"
-
-
-def test_activities_people_see_on_a_terminal() -> None:
-    assert activity(TurnStarted()) == "turn started"
-    assert activity(AssistantText(text="x", delta=True)) == "writing"
-    assert activity(ToolFinished(tool_kind="command", name="Bash")) == "finished Bash"
-    assert activity(FileChanged(path="docs/a.md")) == "editing docs/a.md"
-    assert activity(PlanUpdated(steps=())) == "planning (0 steps)"
-    assert activity(UsageUpdated(usage=Usage(input_tokens=1))) is None  # tokens, not activity
 
 
 def test_token_and_time_figures() -> None:
@@ -116,6 +100,6 @@ def test_product_text_never_breaks_the_one_line_format(name: str, path: str, kin
         FileChanged(path=path),
     ]
     for event in events:
-        for shown in (plain_details(event), activity(event) or ""):
-            assert shown.isprintable()  # no newline, carriage return or escape sequence
-            assert len(shown) <= len("tool-finished  ok") + 2 * FIELD_LIMIT
+        shown = plain_details(event)
+        assert shown.isprintable()  # no newline, carriage return or escape sequence
+        assert len(shown) <= len("tool-finished  ok") + 2 * FIELD_LIMIT

@@ -75,3 +75,24 @@ def test_the_delegation_example_answers_and_leaves_no_process(
     assert "'name': 'subagent_codex'" in printed[0]  # the schemas handed to the model
     assert printed[-1] == "done"  # the example child's answer to a task without directives
     assert watch.alive() == []
+
+
+def test_the_run_task_example_answers_and_leaves_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "codex.toml").write_text(
+        '[[providers]]\ntype = "example"\n\n'
+        '[[tools]]\nname = "subagent_codex"\nprovider = "example"\n\n[jobs]\n',
+        encoding="utf-8",
+    )
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    monkeypatch.chdir(tmp_path)
+    code = _python_block("Run one task like `dsh run`")
+    assert '"/path/to/workspace"' in code
+    watch = ProcessWatch()
+    _run(code.replace('"/path/to/workspace"', repr(str(workspace))))
+    # the example child's answer to a task without directives; the status's last word
+    assert capsys.readouterr().out.splitlines() == ["completed done", "completed 0"]
+    assert watch.alive() == []

@@ -37,6 +37,7 @@ from dsh_subagent.tool import (
     ToolResult,
     mount_subagent_tool,
     run_tool_call,
+    stop_headline,
 )
 
 pytestmark = pytest.mark.anyio
@@ -741,3 +742,9 @@ async def test_an_unexpected_argument_name_is_bounded_in_the_error(
     service.register_provider(ScriptedProvider("p"))
     result = await SubagentTool(service, managed()).call({**args(), "w" * 300: 1}, context())
     assert result.text == "Error: unexpected argument " + "w" * 63 + "…"
+
+
+def test_stop_headline_is_the_one_headline_per_stop_reason() -> None:
+    assert stop_headline("aborted") == "subagent run was cancelled"
+    assert stop_headline("refusal") == "subagent declined the task"
+    assert stop_headline("weird") == "subagent run ended abnormally (weird)"

@@ -11,20 +11,15 @@ record per id counts). The call returns once every product's process tree is gon
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 from dsh_profiles.discovery import ProviderDiscovery
 from dsh_profiles.errors import DshProfilesError, UsageError
-from dsh_profiles.isolation import check_branch_count, check_isolation, isolate
-from dsh_profiles.options import resolve_target
-from dsh_profiles.warm import batch_warm
-from dsh_subagent import Budget, CancelController, CancelSignal, SubagentError
+from dsh_subagent import Budget, CancelSignal, SubagentError
 from dsh_subagent.structured import check_output_schema
-from dsh_worktree import MAX_WARM, Worktree, WorktreeError
+from dsh_worktree import Worktree
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -36,24 +31,25 @@ from pydantic import (
     ValidationError,
 )
 
-from dsh_batch.checks import check_base, check_out_path, check_task_cwds
 from dsh_batch.engine import (
     FILES_PLACEHOLDER,
-    BatchPlan,
-    Interrupts,
-    RecordSink,
-    Summary,
-    default_concurrency,
-    load_batch_profile,
-    select_tasks,
-    task_cwd,
 )
 from dsh_batch.events import BatchObserver
 from dsh_batch.files import BatchRecord, BatchTask, ResultsFile, describe_error
-from dsh_batch.local import run_local
-from dsh_batch.schema import typed_row_schema
+from dsh_batch.prepare import Wording, check_places, load_setup
+from dsh_batch.runner import BatchRun
 
 __all__ = ["BatchFailedError", "BatchSettings", "run_batch"]
+
+_WORDING = Wording(
+    files="run_batch: field 'files':",
+    cwd="run_batch: field 'cwd':",
+    ray_cwd="run_batch: field 'cwd': with ray, an absolute path on the nodes",
+    out="run_batch: field 'out':",
+    output_schema="run_batch: field 'output_schema'",
+    worktree="run_batch: field 'worktree': ",
+    no_files=f"run_batch: a task cwd uses {FILES_PLACEHOLDER}: give files=",
+)
 
 
 class BatchSettings(BaseModel):
@@ -112,16 +108,6 @@ class BatchFailedError(DshProfilesError):
         self.records = records
 
 
-class _Kept:
-    """The records of a batch without a results file."""
-
-    def __init__(self) -> None:
-        self.latest: dict[str, BatchRecord] = {}
-
-    def append(self, record: BatchRecord) -> None:
-        self.latest[record.id] = record
-
-
 def _settings(options: Mapping[str, Any]) -> BatchSettings:
     try:
         return BatchSettings.model_validate(options)
@@ -160,6 +146,7 @@ def run_batch(
     *,
     observer: BatchObserver | None = None,
     cancel: CancelSignal | None = None,
+    handle_signals: bool = False,
     discovery: ProviderDiscovery | None = None,
     **options: Any,
 ) -> list[BatchRecord]:
@@ -171,6 +158,9 @@ def run_batch(
         observer: Called with each progress event (:mod:`dsh_batch.events`).
         cancel: Stops the batch: runs in progress are cancelled and not recorded, and
             the call returns what settled (the missing tasks run again on resume).
+        handle_signals: Also stop at SIGINT or SIGTERM, as ``cancel`` does (main thread
+            only; on Ray a second signal kills the actors running tasks). Off by
+            default: a library leaves its host's signal handlers alone.
         discovery: Where provider types come from (default: installed entry points).
         **options: The fields of :class:`BatchSettings` (``profile`` and ``target`` are
             required).
@@ -187,114 +177,41 @@ def run_batch(
     """
     settings = _settings(options)
     todo_all = _tasks(tasks)
-    files: str | None = None
-    if settings.files is not None:
-        files = os.path.abspath(settings.files)
-        if not os.path.isdir(files):
-            raise UsageError(
-                f"run_batch: field 'files': {str(settings.files)!r} is not a directory"
-            )
     on_ray = settings.ray is not False
-    cwd = None if settings.cwd is None else str(settings.cwd)
-    base: str | None = None
-    if not on_ray:
-        base = check_base(cwd, name="run_batch: field 'cwd':")
-    elif cwd is not None and not os.path.isabs(cwd):
-        raise UsageError("run_batch: field 'cwd': with ray, an absolute path on the nodes")
-    if settings.out is not None:
-        check_out_path(
-            str(settings.out), None, str(settings.profile), name="run_batch: field 'out':"
-        )
-    concurrency = settings.concurrency or default_concurrency()
-    composition = load_batch_profile(
-        settings.profile,
-        files,
-        discovery=discovery,
-        confinement=settings.confinement,
-        warm=batch_warm(settings.warm, concurrency),
+    places = check_places(
+        settings.files,
+        settings.cwd,
+        on_ray=on_ray,
+        out=settings.out,
+        tasks_path=None,
+        profile=settings.profile,
+        wording=_WORDING,
     )
-    provider = resolve_target(composition, settings.target, settings.instance)
-    schema = settings.output_schema
-    if schema is None:
-        schema = typed_row_schema(composition, settings.target, settings.instance)
-    elif (problem := _schema_problem(schema)) is not None:
-        raise UsageError(f"run_batch: field 'output_schema': {problem}")
-    if schema is not None:
-        todo_all = tuple(
-            task
-            if task.output_schema is not None
-            else task.model_copy(update={"output_schema": schema})
-            for task in todo_all
-        )
-    worktree = settings.worktree
-    if worktree is not None and not on_ray:
-        if "warm" not in worktree.model_fields_set:  # a pool as large as the concurrency
-            worktree = worktree.model_copy(update={"warm": min(concurrency, MAX_WARM)})
-        try:
-            composition = isolate(composition, provider, worktree)
-        except WorktreeError as exc:
-            raise UsageError(f"run_batch: field 'worktree': {exc.message}") from None
-    isolation = worktree if worktree is not None else composition.provider(provider).worktree
+    setup = load_setup(
+        settings.profile,
+        settings.target,
+        todo_all,
+        places,
+        wording=_WORDING,
+        instance=settings.instance,
+        output_schema=settings.output_schema,
+        budget=settings.budget,
+        concurrency=settings.concurrency,
+        retry_failed=settings.retry_failed,
+        confinement=settings.confinement,
+        warm=settings.warm,
+        worktree=None if settings.worktree is None else lambda _c, _p: settings.worktree,
+        ray=settings.ray,
+        ray_retries=settings.ray_retries,
+        discovery=discovery,
+        tasks_name="run_batch tasks",
+    )
     file = ResultsFile(settings.out) if settings.out is not None else None
-    sink: RecordSink
-    kept = _Kept()
-    if file is not None:
-        file.open()  # the lock is held from here to the end of the batch
-        sink = file
-    else:
-        sink = kept
-    try:
-        todo = (
-            select_tasks(todo_all, file, retry_failed=settings.retry_failed)
-            if file is not None
-            else todo_all
-        )
-        if files is None and any(FILES_PLACEHOLDER in (task.cwd or "") for task in todo):
-            raise UsageError(f"run_batch: a task cwd uses {FILES_PLACEHOLDER}: give files=")
-        check_branch_count(isolation, len(todo))
-        if base is not None:
-            cwds = [(task, task_cwd(task, base, files)) for task in todo]
-            check_task_cwds(cwds, {}, "run_batch tasks")
-            check_isolation(composition, provider, (c for _, c in cwds))
-        summary = Summary(0, 0, False, 0)
-        if todo and on_ray:
-            from dsh_batch.ray_pool import check_ray, run_on_ray
-
-            address = settings.ray if isinstance(settings.ray, str) else None
-            check_ray(address)
-            summary = run_on_ray(
-                address,
-                profile=settings.profile,
-                files=files,
-                plan=BatchPlan(todo, provider, settings.budget, settings.concurrency or 0),
-                base_cwd=cwd,
-                retries=settings.ray_retries,
-                results=sink,
-                observer=observer,
-                interrupts=Interrupts(),
-                cancel=cancel,
-                worktree=worktree,
-                confinement=settings.confinement,
-                warm=settings.warm,
-            )
-        elif todo:
-            assert base is not None
-            plan = BatchPlan(todo, provider, settings.budget, concurrency)
-            signal = cancel if cancel is not None else CancelController().signal
-            summary = anyio.run(run_local, composition, plan, base, files, sink, signal, observer)
-        latest = file.latest if file is not None else kept.latest
+    with BatchRun(setup, file) as batch:
+        batch.check()
+        summary = batch.run(observer=observer, cancel=cancel, handle_signals=handle_signals)
+        latest = batch.latest
         records = [latest[task.id] for task in todo_all if task.id in latest]
-        if summary.error is not None:
-            raise BatchFailedError(summary.error, records)
-        return records
-    finally:
-        if file is not None:
-            file.close()
-
-
-def _schema_problem(schema: dict[str, JsonValue]) -> str | None:
-    try:
-        check_output_schema(schema)
-    except SubagentError as exc:
-        return exc.message
-    return None
+    if summary.error is not None:
+        raise BatchFailedError(summary.error, records)
+    return records

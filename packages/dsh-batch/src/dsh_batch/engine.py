@@ -301,6 +301,16 @@ class Summary:
     not_run: int
     error: str | None = None
 
+    def exit_code(self, bad_lines: int = 0) -> int:
+        """The exit status ``dsh batch`` ends with: ``1`` failed outside its tasks, else
+        ``130`` interrupted, else ``0`` when every task completed and no task line was
+        bad (``bad_lines``), else ``1``."""
+        if self.error is not None:
+            return EXIT_FAILED
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_OK if self.failed == 0 and bad_lines == 0 else EXIT_FAILED
+
 
 class RecordSink(Protocol):
     """Where the runners put each record as its task settles (a :class:`ResultsFile`)."""

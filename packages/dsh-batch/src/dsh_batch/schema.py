@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from dsh_profiles.loader import Composition
+from dsh_profiles.options import typed_row_schema
 from dsh_profiles.output_schema import load_output_schema
 from pydantic import JsonValue
 
 from dsh_batch.files import TaskList
 
+# typed_row_schema is dsh_profiles.options'; named here for the batch modules that use it.
 __all__ = ["typed_row_schema", "with_output_schema", "with_schema"]
 
 
@@ -38,14 +39,3 @@ def with_schema(tasks: TaskList, schema: dict[str, JsonValue] | None) -> TaskLis
         for task in tasks.tasks
     )
     return dataclasses.replace(tasks, tasks=folded)
-
-
-def typed_row_schema(
-    composition: Composition, target: str, instance: bool
-) -> dict[str, JsonValue] | None:
-    """The ``output_schema`` of the tool row ``target`` names (``None``: none, or an
-    instance name): a typed tool's tasks are typed wherever they run."""
-    if instance:
-        return None
-    row = next((t for t in composition.tools if t.name == target), None)
-    return None if row is None else row.output_schema

@@ -19,58 +19,31 @@ import sys
 import traceback
 from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
-import anyio
+from dsh_profiles.check import ProfileCheck, check_profile, describe_config
+from dsh_profiles.confinement import policy_lines
 from dsh_profiles.discovery import ProviderDiscovery
 from dsh_profiles.errors import DshProfilesError
-from dsh_profiles.loader import Composition, load_profile
 from dsh_profiles.logs import cli_logging
-from dsh_profiles.runtime import open_runtime
-from dsh_profiles.spawnguard import SpawnCounter
+from dsh_profiles.run import EXIT_START_FAILED, one_line
 from dsh_profiles.telemetry import exporting
-from pydantic import JsonValue
 
 from dsh_cli.agents_command import add_agents_parser, cmd_agents
 from dsh_cli.batch import cmd_batch
 from dsh_cli.batch_options import add_batch_parser
-from dsh_cli.confinement import policy_lines
 from dsh_cli.model_command import add_model_parser, cmd_model
-from dsh_cli.run_command import (
-    EXIT_CODES,
-    EXIT_START_FAILED,
-    add_run_arguments,
-    cmd_run,
-    exit_code_for,
-    one_line,
-)
+from dsh_cli.run_command import add_run_arguments, cmd_run
 from dsh_cli.worktrees_command import add_worktrees_parser, cmd_worktrees
 
-__all__ = ["EXIT_CODES", "exit_code_for", "main"]
+__all__ = ["main"]
 
 EXIT_USAGE: Final = 2
 
 
-def _describe_config(config: Any) -> str:
-    data = config.model_dump(mode="json")
-    parts = []
-    for key, value in data.items():
-        if key == "provider_name":
-            continue
-        if key == "env" and isinstance(value, dict):
-            # Values may be credentials: show names only.
-            value = sorted(value)
-        parts.append(f"{key}={value!r}")
-    return " ".join(parts)
-
-
-def render_check(
-    composition: Composition,
-    schemas: list[dict[str, JsonValue]],
-    spawned: int,
-    out: TextIO,
-) -> None:
+def render_check(check: ProfileCheck, out: TextIO) -> None:
     """Human-readable composition summary for ``dsh check``."""
+    composition = check.composition
     print(f"profile: {composition.source}", file=out)
     print(f"instances ({len(composition.providers)}):", file=out)
     for loaded in composition.providers:
@@ -80,7 +53,7 @@ def render_check(
         if loaded.tool is not None:
             where += f", for tool {loaded.tool!r}"
         print(f"  {loaded.name}  [{where}] {loaded.origin}", file=out)
-        print(f"    config: {_describe_config(loaded.config)}", file=out)
+        print(f"    config: {describe_config(loaded.config)}", file=out)
         print(
             f"    capabilities: {', '.join(flags) or 'none'}; inherits parent context: "
             f"{'yes' if loaded.provider.inherits_parent_context else 'no'}",
@@ -105,28 +78,12 @@ def render_check(
     if composition.job_tools:
         print("  job_output, job_list, job_kill (job controls)", file=out)
     print("model-visible schemas:", file=out)
-    print(json.dumps(schemas, indent=2), file=out)
-    print(f"product processes started: {spawned}", file=out)
-
-
-async def _schemas(composition: Composition) -> list[dict[str, JsonValue]]:
-    async with open_runtime(composition) as runtime:
-        return runtime.schemas()
-
-
-def _compose_and_bind(
-    profile: str, discovery: ProviderDiscovery | None
-) -> tuple[Composition, list[dict[str, JsonValue]], int]:
-    """Load, register and bind under a forbidding spawn counter: nothing may start."""
-    with SpawnCounter(forbid=True) as counter:
-        composition = load_profile(profile, discovery=discovery)
-        schemas = anyio.run(_schemas, composition)
-    return composition, schemas, counter.count
+    print(json.dumps(check.schemas, indent=2), file=out)
+    print(f"product processes started: {check.spawned}", file=out)
 
 
 def _cmd_check(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscovery | None) -> int:
-    composition, schemas, spawned = _compose_and_bind(args.profile, discovery)
-    render_check(composition, schemas, spawned, out)
+    render_check(check_profile(args.profile, discovery=discovery), out)
     return 0
 
 
@@ -328,8 +285,7 @@ def _cmd_mcp(rest: list[str], err: TextIO) -> int:
 
 
 def _cmd_tools(args: argparse.Namespace, out: TextIO, discovery: ProviderDiscovery | None) -> int:
-    _, schemas, _ = _compose_and_bind(args.profile, discovery)
-    json.dump(schemas, out, indent=2)
+    json.dump(check_profile(args.profile, discovery=discovery).schemas, out, indent=2)
     out.write("\n")
     return 0
 

@@ -14,17 +14,21 @@ the answer (or the ``--json`` record).
   ``dsh: <instance>: [<elapsed>s] <kind>[ <details>]`` (format in :func:`plain_details`);
   a streak of streamed assistant-text pieces is one line.
 
-Product text (tool names, paths) is shown with control characters replaced and cut to
-:data:`FIELD_LIMIT` characters, so one event is always one line.
+What a run is doing, its tokens and its clock are the library's status model
+(:class:`dsh_profiles.run_status.RunStatus`); this module draws it. Product text (tool
+names, paths) is shown with control characters replaced and cut to
+:data:`~dsh_profiles.run_status.FIELD_LIMIT` characters
+(:func:`~dsh_profiles.run_status.clean_field`), so one event is always one line.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import AsyncIterable
-from typing import Final, TextIO, cast
+from typing import TextIO, cast
 
+from dsh_profiles.run import RunEvent, RunNotice, RunPublished, RunSettled, RunStarting
+from dsh_profiles.run_status import RunStatus
+from dsh_profiles.run_status import clean_field as _field
 from dsh_subagent import (
     AssistantText,
     FileChanged,
@@ -34,7 +38,6 @@ from dsh_subagent import (
     ToolStarted,
     TurnStarted,
     Usage,
-    UsageUpdated,
 )
 from rich.console import Console
 from rich.file_proxy import FileProxy
@@ -43,26 +46,13 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 __all__ = [
-    "FIELD_LIMIT",
     "LiveView",
     "PlainView",
     "RunView",
-    "activity",
     "format_elapsed",
     "format_tokens",
     "plain_details",
 ]
-
-FIELD_LIMIT: Final = 120
-"""Characters of one product-given field (a tool name, a path) shown in one line."""
-
-
-def _field(text: str) -> str:
-    """``text`` on one line: control characters become spaces, cut to the limit."""
-    cleaned = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    if len(cleaned) > FIELD_LIMIT:
-        cleaned = cleaned[: FIELD_LIMIT - 1] + "…"
-    return cleaned or "?"
 
 
 def format_elapsed(seconds: float) -> str:
@@ -96,23 +86,6 @@ def format_tokens(usage: Usage | None) -> str:
     if usage.cost_usd is not None:
         text += f", ${usage.cost_usd:.4f}"
     return text
-
-
-def activity(event: ProgressEvent) -> str | None:
-    """The current activity an event announces; ``None`` when it announces none (usage)."""
-    if isinstance(event, TurnStarted):
-        return "turn started"
-    if isinstance(event, AssistantText):
-        return "writing"
-    if isinstance(event, ToolStarted):
-        return f"running {_field(event.name)}"
-    if isinstance(event, ToolFinished):
-        return f"finished {_field(event.name)}"
-    if isinstance(event, FileChanged):
-        return f"editing {_field(event.path)}"
-    if isinstance(event, PlanUpdated):
-        return f"planning ({len(event.steps)} steps)"
-    return None
 
 
 def _count(value: int | float | None) -> str:
@@ -160,7 +133,7 @@ def plain_details(event: ProgressEvent) -> str:
 
 
 class RunView:
-    """The plain view's base: tracks elapsed time, activity and tokens of one run.
+    """The plain view's base: the run's status, and ``dsh``'s own lines.
 
     Args:
         instance: The instance name shown in every line.
@@ -170,47 +143,28 @@ class RunView:
     def __init__(self, instance: str, err: TextIO) -> None:
         self.instance = instance
         self.err = err
-        self._began = time.monotonic()
-        self._settled_at: float | None = None
-        self.activity = "starting"
-        self.usage: Usage | None = None
+        self.status = RunStatus()
 
     @property
     def elapsed(self) -> float:
-        """Seconds since :meth:`begin` (frozen once the run settled)."""
-        end = self._settled_at if self._settled_at is not None else time.monotonic()
-        return end - self._began
+        """Seconds since the product was started (frozen once the run settled)."""
+        return self.status.elapsed
 
-    def begin(self) -> None:
-        """The run is being started now: the clock starts."""
-        self._began = time.monotonic()
+    @property
+    def activity(self) -> str:
+        """What the run is doing now, or its outcome."""
+        return self.status.activity
 
     def say(self, line: str) -> None:
         """One of ``dsh``'s own lines, on stderr."""
         print(line, file=self.err, flush=True)
 
-    def published(self) -> None:
-        """The run was published: the product is working on the task."""
-        self.activity = "waiting for the product"
-
-    def event(self, event: ProgressEvent) -> None:
-        """Record one progress event."""
-        now = activity(event)
-        if now is not None:
-            self.activity = now
-        if isinstance(event, UsageUpdated):
-            self.usage = event.usage
-
-    async def follow(self, progress: AsyncIterable[ProgressEvent]) -> None:
-        """Show every event of ``progress`` until it ends (the run settled)."""
-        async for event in progress:
-            self.event(event)
-
-    def settled(self, outcome: str) -> None:
-        """The run ended (``completed``, ``error``, ``could not start``, ...)."""
-        if self._settled_at is None:
-            self._settled_at = time.monotonic()
-        self.activity = outcome
+    def event(self, event: RunEvent) -> None:
+        """Show one event of the run (a notice is one of ``dsh``'s own lines)."""
+        if isinstance(event, RunNotice):
+            self.say(f"dsh: {event.text}")
+        else:
+            self.status.apply(event)
 
     def __enter__(self) -> RunView:
         return self
@@ -226,8 +180,10 @@ class PlainView(RunView):
         super().__init__(instance, err)
         self._streaming = False
 
-    def event(self, event: ProgressEvent) -> None:
+    def event(self, event: RunEvent) -> None:
         super().event(event)
+        if isinstance(event, RunNotice | RunStarting | RunPublished | RunSettled):
+            return  # not progress: no line of its own
         streamed = isinstance(event, AssistantText) and event.delta
         if streamed and self._streaming:
             return  # the rest of a streak: its first piece was shown
@@ -258,11 +214,11 @@ class LiveView(RunView):
         line.append(self.instance, style="bold")
         line.append(f"  {format_elapsed(self.elapsed)}  ", style="cyan")
         line.append(self.activity)
-        line.append(f"  · {format_tokens(self.usage)}", style="dim")
+        line.append(f"  · {format_tokens(self.status.usage)}", style="dim")
         return line
 
     def _render(self) -> Spinner | Text:
-        if self._settled_at is not None:
+        if self.status.settled:
             return self._line()
         self._spinner.update(text=self._line())
         return self._spinner
@@ -297,19 +253,11 @@ class LiveView(RunView):
         self._console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def _refresh_if_changed(self) -> None:
-        shown = (self.activity, format_tokens(self.usage))
+        shown = (self.activity, format_tokens(self.status.usage))
         if shown != self._shown and self._live is not None:
             self._shown = shown
             self._live.refresh()
 
-    def published(self) -> None:
-        super().published()
-        self._refresh_if_changed()
-
-    def event(self, event: ProgressEvent) -> None:
+    def event(self, event: RunEvent) -> None:
         super().event(event)
-        self._refresh_if_changed()
-
-    def settled(self, outcome: str) -> None:
-        super().settled(outcome)
         self._refresh_if_changed()

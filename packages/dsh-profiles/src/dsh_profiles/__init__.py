@@ -1,5 +1,6 @@
-"""dsh-profiles: the Loader (TOML profile → entry-point providers → tools) and the
-composition runtime, as a library under every command line (``dsh``, ``dsh-mcp``).
+"""dsh-profiles: the Loader (TOML profile → entry-point providers → tools), the
+composition runtime, and one task run as ``dsh run`` runs it (:func:`run_task`), as a
+library under every command line (``dsh``, ``dsh-mcp``).
 
 The names below are imported on first use (PEP 562), so a command that imports one
 module of this package (the ``dsh`` command) can start handling Ctrl-C before the heavy
@@ -12,6 +13,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from dsh_profiles.check import ProfileCheck, check_profile
+    from dsh_profiles.confinement import policy_lines
     from dsh_profiles.discovery import (
         PROVIDER_GROUP,
         EntryPointDiscovery,
@@ -35,11 +38,27 @@ if TYPE_CHECKING:
         parse_profile,
         read_profile,
     )
+    from dsh_profiles.run import (
+        EXIT_CODES,
+        RunEvent,
+        RunFailure,
+        RunNotice,
+        RunObserver,
+        RunOutcome,
+        RunPublished,
+        RunSettled,
+        RunStarting,
+        exit_code_for,
+        json_record,
+        run_task,
+    )
+    from dsh_profiles.run_status import RunStatus
     from dsh_profiles.runtime import Runtime, delegate, open_runtime, tool_schema
     from dsh_profiles.spawnguard import SpawnAttemptError, SpawnCounter
     from dsh_profiles.warm import Warm
 
 __all__ = [
+    "EXIT_CODES",
     "JOB_TOOL_NAMES",
     "PROVIDER_GROUP",
     "Composition",
@@ -48,10 +67,20 @@ __all__ = [
     "JobsSection",
     "LoadedProvider",
     "Profile",
+    "ProfileCheck",
     "ProfileError",
     "ProviderCandidate",
     "ProviderDiscovery",
     "ProviderRow",
+    "RunEvent",
+    "RunFailure",
+    "RunNotice",
+    "RunObserver",
+    "RunOutcome",
+    "RunPublished",
+    "RunSettled",
+    "RunStarting",
+    "RunStatus",
     "Runtime",
     "SpawnAttemptError",
     "SpawnCounter",
@@ -59,16 +88,37 @@ __all__ = [
     "ToolRow",
     "UsageError",
     "Warm",
+    "check_profile",
     "compose",
     "delegate",
+    "exit_code_for",
+    "json_record",
     "load_profile",
     "open_runtime",
     "parse_profile",
+    "policy_lines",
     "read_profile",
+    "run_task",
     "tool_schema",
 ]
 
 _SOURCES = {
+    "ProfileCheck": "dsh_profiles.check",
+    "check_profile": "dsh_profiles.check",
+    "policy_lines": "dsh_profiles.confinement",
+    "EXIT_CODES": "dsh_profiles.run",
+    "RunEvent": "dsh_profiles.run",
+    "RunFailure": "dsh_profiles.run",
+    "RunNotice": "dsh_profiles.run",
+    "RunObserver": "dsh_profiles.run",
+    "RunOutcome": "dsh_profiles.run",
+    "RunPublished": "dsh_profiles.run",
+    "RunSettled": "dsh_profiles.run",
+    "RunStarting": "dsh_profiles.run",
+    "exit_code_for": "dsh_profiles.run",
+    "json_record": "dsh_profiles.run",
+    "run_task": "dsh_profiles.run",
+    "RunStatus": "dsh_profiles.run_status",
     "PROVIDER_GROUP": "dsh_profiles.discovery",
     "EntryPointDiscovery": "dsh_profiles.discovery",
     "ProviderCandidate": "dsh_profiles.discovery",

@@ -28,6 +28,7 @@ __all__ = [
     "check_isolation",
     "isolate",
     "isolate_from_flags",
+    "preflight_isolation",
     "worktree_from_flags",
 ]
 
@@ -124,15 +125,21 @@ def check_isolation(composition: Composition, provider: str, cwds: Iterable[str]
     Raises:
         UsageError: the first refusal (one line), before anything was started.
     """
+    if composition.provider(provider).worktree is not None:
+        anyio.run(preflight_isolation, composition, provider, list(cwds))
+
+
+async def preflight_isolation(composition: Composition, provider: str, cwds: Iterable[str]) -> None:
+    """:func:`check_isolation` inside an event loop.
+
+    Raises:
+        UsageError: the first refusal (one line), before anything was started.
+    """
     settings = composition.provider(provider).worktree
     if settings is None:
         return
-
-    async def check_all() -> None:
+    try:
         for cwd in dict.fromkeys(cwds):
             await preflight(cwd, settings)
-
-    try:
-        anyio.run(check_all)
     except WorktreeError as exc:
         raise UsageError(exc.message) from None

@@ -1,4 +1,5 @@
-"""What ``dsh run`` and ``dsh batch`` read the same way: the target and the budget flags' values.
+"""What ``dsh run`` and ``dsh batch`` read the same way: the target, its typed row's schema and
+the budget flags' values.
 
 One parser each, so the same mistake gets the same one-line message from both commands.
 """
@@ -9,11 +10,12 @@ import argparse
 import math
 
 from dsh_subagent import Budget
+from pydantic import JsonValue
 
 from dsh_profiles.errors import UsageError
 from dsh_profiles.loader import Composition
 
-__all__ = ["budget_from", "resolve_target"]
+__all__ = ["budget_from", "resolve_target", "typed_row_schema"]
 
 
 def _seconds(flag: str, text: str | None) -> float | None:
@@ -60,3 +62,14 @@ def resolve_target(composition: Composition, target: str, instance: bool) -> str
         f"unknown {'instance' if instance else 'tool or instance'} {target!r} "
         f"(tools: {tools}; instances: {', '.join(names) or 'none'})"
     )
+
+
+def typed_row_schema(
+    composition: Composition, target: str, instance: bool
+) -> dict[str, JsonValue] | None:
+    """The ``output_schema`` of the tool row ``target`` names (``None``: none, or an
+    instance name): a typed tool's tasks are typed wherever they run."""
+    if instance:
+        return None
+    row = next((t for t in composition.tools if t.name == target), None)
+    return None if row is None else row.output_schema

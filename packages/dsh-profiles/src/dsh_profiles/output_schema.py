@@ -18,7 +18,7 @@ from pydantic import JsonValue
 
 from dsh_profiles.errors import UsageError
 
-__all__ = ["load_output_schema"]
+__all__ = ["check_schema", "load_output_schema"]
 
 MAX_SCHEMA_BYTES = 1024 * 1024
 """The largest schema file read (a schema is small; the bound keeps a mistake cheap)."""
@@ -52,7 +52,16 @@ def load_output_schema(
         raise UsageError(
             f"{flag} {path}: not JSON (line {exc.lineno}, column {exc.colno})"
         ) from None
+    return check_schema(schema, f"{flag} {path}")
+
+
+def check_schema(schema: object, what: str) -> dict[str, JsonValue]:
+    """``schema`` when it is an object-rooted JSON Schema.
+
+    Raises:
+        UsageError: it is not; the message starts with ``what``.
+    """
     try:
         return check_output_schema(schema)
     except SubagentError as exc:
-        raise UsageError(f"{flag} {path}: {exc.message}") from None
+        raise UsageError(f"{what}: {exc.message}") from None

@@ -66,6 +66,7 @@ __all__ = [
     "mount_subagent_tool",
     "render_foreground_failure",
     "run_tool_call",
+    "stop_headline",
 ]
 
 _log = logging.getLogger("dsh_subagent")
@@ -127,6 +128,12 @@ _HEADLINES: Final = {
     MAX_TOKENS: "subagent run hit its token limit before finishing",
     REFUSAL: "subagent declined the task",
 }
+
+
+def stop_headline(stop_reason: str) -> str:
+    """The one headline of a run that did not complete, by its stop reason (the tool's
+    failure text and ``dsh run``'s status line say the same)."""
+    return _HEADLINES.get(stop_reason, f"subagent run ended abnormally ({stop_reason})")
 
 
 class SubagentToolConfig(BaseModel):
@@ -216,8 +223,7 @@ def render_foreground_failure(result: SubagentResult) -> str:
     ``\\nChanges: ...`` line of an isolated run (a failed run's work is committed too),
     then ``\\nPartial output before the run ended:\\n<text>`` when the text is non-empty.
     """
-    reason = result.stop_reason
-    message = _HEADLINES.get(reason, f"subagent run ended abnormally ({reason})")
+    message = stop_headline(result.stop_reason)
     if result.diagnostic:
         message += f"\nDiagnostic: {result.diagnostic}"
     if result.changes is not None:
