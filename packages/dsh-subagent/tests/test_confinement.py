@@ -7,12 +7,14 @@ this kernel, so they fail if confinement is silently not applied.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 from dsh_subagent import (
     COMPLETED,
     ConfinementSetting,
+    Launch,
     ProductConfig,
     ProductReach,
     SubagentError,
@@ -254,3 +256,52 @@ async def test_auto_without_landlock_runs_unconfined(
     monkeypatch.setattr(_landlock, "abi", lambda: 0)
     answer = await _answer(EchoProvider(EchoConfig()), f"reach {planted}", tmp_path / "work")
     assert answer == "PLANTED-KEY"
+
+
+class _HomedConfig(EchoConfig):
+    home: str = ""
+
+
+class _HomedEcho(EchoProvider):
+    """A product that keeps state in a home its provider names (as Codex's
+    ``CODEX_HOME``, by default ``~/.codex``), which a fresh account does not have yet."""
+
+    Config = _HomedConfig
+
+    def confinement_reach(
+        self, launch: Launch, env: Mapping[str, str | None], cwd: str
+    ) -> ProductReach:
+        home = self.config.home if isinstance(self.config, _HomedConfig) else ""
+        base = super().confinement_reach(launch, env, cwd)
+        return ProductReach(read=base.read, write=(home,))
+
+
+@needs_landlock
+@pytest.mark.anyio
+async def test_a_confined_first_run_gets_its_missing_product_home_made_private(
+    tmp_path: Path,
+) -> None:
+    """A fresh account: the home's parent (the user's home) is not writable when
+    confined, so the runtime makes the granted home before the start."""
+    home = tmp_path / "account" / ".product"
+    (tmp_path / "account").mkdir()
+    provider = _HomedEcho(_HomedConfig(home=str(home)))
+    assert await _answer(provider, f"home {home}", tmp_path / "account") == "made"
+    assert (home / "state").is_dir()
+    assert home.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.anyio
+async def test_an_unconfined_run_leaves_its_product_home_to_the_product(tmp_path: Path) -> None:
+    home = tmp_path / "account" / ".product"
+    (tmp_path / "account").mkdir()
+    setting = ConfinementSetting(mode="off")
+    provider = _HomedEcho(_HomedConfig(home=str(home), confinement=setting))
+    assert await _answer(provider, f"home {home}", tmp_path / "account") == "made"
+    assert home.stat().st_mode & 0o777 == 0o777 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

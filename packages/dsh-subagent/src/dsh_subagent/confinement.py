@@ -20,6 +20,7 @@ product's whole process tree before the product's code runs (docs/security.md):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -207,6 +208,24 @@ def default_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> Product
     ):
         read += python_install()
     return ProductReach(read=tuple(read), connect_ports=tuple(sorted(env_endpoint_ports(env))))
+
+
+def make_product_homes(setting: ConfinementSetting, reach: ProductReach) -> None:
+    """Create the product homes a confined run is granted (``reach.write``) that do not
+    exist yet, private to the user.
+
+    Unconfined, a product makes its own home on first use (``~/.codex``, ``~/.claude``);
+    confined, a grant of a missing path is skipped and its parent is not writable, so
+    without this a first run on a fresh account fails (Codex cannot make its state) or
+    quietly keeps nothing (Claude Code's sessions: a continuation handle that resumes
+    nothing). A directory that cannot be made is left to the product to report.
+    """
+    if not confines_commands(setting):
+        return
+    for path in reach.write:
+        if not os.path.lexists(path):
+            with contextlib.suppress(OSError):
+                os.makedirs(path, mode=0o700, exist_ok=True)
 
 
 class RunScratch:
