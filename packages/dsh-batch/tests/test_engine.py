@@ -72,6 +72,18 @@ def test_bad_lines_are_reported_with_their_line_number_and_the_rest_is_kept(
     ]
 
 
+@pytest.mark.parametrize("task_id", ["a\nb", "red \x1b[31mALERT", "rtl\u202eexe.txt", "nul\x00"])
+def test_an_id_with_a_control_character_is_a_bad_line(tmp_path: Path, task_id: str) -> None:
+    """The id is printed on the terminal (progress lines, the summary): a newline would
+    forge a line, an escape sequence would rewrite the screen."""
+    path = _write(tmp_path / "tasks.jsonl", _line(task_id), _line("ok"))
+    listed = read_tasks(path)
+    assert [t.id for t in listed.tasks] == ["ok"]
+    assert [(b.line_no, b.reason) for b in listed.bad_lines] == [
+        (1, "field 'id' must not hold control or format characters")
+    ]
+
+
 def test_a_bad_line_never_echoes_its_content(tmp_path: Path) -> None:
     secret = "sk-planted-in-a-bad-line"
     path = _write(tmp_path / "tasks.jsonl", '{"id": "x", "task": "' + secret)

@@ -133,6 +133,7 @@ def test_a_results_file_resumes_and_retry_failed_reruns_the_failed_task(
         ({}, [{"id": "a"}], r"tasks\[0\]: field 'task' is missing"),
         ({}, [{"id": "a", "task": "x"}, {"id": "a", "task": "y"}], r"tasks\[1\]: duplicate id"),
         ({}, [{"id": "a", "task": "  "}], r"tasks\[0\]: field 'task' is blank"),
+        ({}, [{"id": "a\x1b[2J", "task": "x"}], r"tasks\[0\]: field 'id' must not hold control"),
         ({}, [{"id": "a", "task": "x", "cwd": "missing"}], "'a'.*not an accessible directory"),
         ({"output_schema": {"type": "array"}}, [{"id": "a", "task": "x"}], "'output_schema'"),
     ],

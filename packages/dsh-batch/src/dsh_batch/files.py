@@ -4,7 +4,7 @@ A task file is JSON Lines, one object per task::
 
     {"id": "ticket-17", "task": "Summarise ticket 17 in one line.", "cwd": "repos/app"}
 
-``id`` (a non-empty string, unique in the file) and ``task`` (the complete, self-contained
+``id`` (a non-empty string without control characters, unique in the file) and ``task`` (the complete, self-contained
 task text) are required; ``cwd`` and ``output_schema`` (a JSON Schema the answer must
 match) are optional. A line that is not such an object is a *bad
 line*: it is reported with its line number and skipped, never silently. A blank line
@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Final
@@ -28,7 +29,15 @@ from typing import Annotated, Final
 from dsh_profiles.errors import UsageError
 from dsh_subagent import COMPLETED, Changes, SubagentError, Usage
 from dsh_subagent.structured import check_output_schema
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 __all__ = [
     "BadLine",
@@ -59,6 +68,15 @@ class BatchTask(BaseModel):
     """The JSON Schema (object root) this task's answer must match; the record's
     ``structured`` then carries the validated object. Default: the batch's
     ``--output-schema``, else none."""
+
+    @field_validator("id")
+    @classmethod
+    def _printable_id(cls, value: str) -> str:
+        # The id is printed in progress lines and the summary on a terminal: a control or
+        # format character (newline, ESC, a bidi override) would forge or hide output.
+        if any(unicodedata.category(char) in ("Cc", "Cf") for char in value):
+            raise ValueError("must not hold control or format characters")
+        return value
 
 
 class BatchRecord(BaseModel):
@@ -128,6 +146,8 @@ def describe_error(error: ValidationError) -> str:
             parts.append(f"field {field!r} is empty")
         elif item["type"] == "string_type":
             parts.append(f"field {field!r} must be a string")
+        elif item["type"] == "value_error":
+            parts.append(f"field {field!r} {item['ctx']['error']}")
         else:
             parts.append(f"field {field!r}: {item['msg']}")
     return "; ".join(parts)
