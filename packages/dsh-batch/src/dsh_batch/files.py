@@ -5,9 +5,10 @@ A task file is JSON Lines, one object per task::
     {"id": "ticket-17", "task": "Summarise ticket 17 in one line.", "cwd": "repos/app"}
 
 ``id`` (a non-empty string without control characters, unique in the file) and
-``task`` (the complete, self-contained task text) are required; ``cwd`` and ``output_schema`` (a JSON Schema the answer must
-match) are optional. A line that is not such an object is a *bad
-line*: it is reported with its line number and skipped, never silently. A blank line
+``task`` (the complete, self-contained task text) are required; ``cwd`` and
+``output_schema`` (a JSON Schema the answer must match) are optional. A line that is not
+such an object is a *bad line*: it is reported with its line number and skipped, never
+silently. A blank line
 carries no task and is ignored.
 
 The results file is JSON Lines too, one :class:`BatchRecord` per settled task, appended as
