@@ -8,8 +8,7 @@ A task file is JSON Lines, one object per task::
 ``task`` (the complete, self-contained task text) are required; ``cwd`` and
 ``output_schema`` (a JSON Schema the answer must match) are optional. A line that is not
 such an object is a *bad line*: it is reported with its line number and skipped, never
-silently. A blank line
-carries no task and is ignored.
+silently. A blank line carries no task and is ignored.
 
 The results file is JSON Lines too, one :class:`BatchRecord` per settled task, appended as
 each task settles (one ``write`` of one whole line). Reading it back gives the latest
