@@ -61,6 +61,9 @@ def test_paths_expand_the_home_and_resolve_against_the_launch_directory(
         ("connect_ports", [70000], "70000 is not a TCP port (1-65535)"),
         ("connect_ports", [True], "a port must be a number, not true/false"),
         ("mode", "strict", "Input should be 'auto', 'required' or 'off'"),
+        ("write", ["/"], "'/' grants the whole file system"),
+        ("read", ["/usr/.."], "'/usr/..' grants the whole file system"),
+        ("write", ["/tmp/a\nb"], "'/tmp/a\\nb': a path must not contain control characters"),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_field(field: str, value: object, message: str) -> None:

@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,7 +77,17 @@ def _absolute(value: object) -> str:
         raise ValueError("a path must not contain NUL characters")
     if not value:
         raise ValueError("a path must not be empty")
-    return os.path.abspath(os.path.expanduser(value))
+    if any(unicodedata.category(char) == "Cc" for char in value):
+        raise ValueError(f"{value!r}: a path must not contain control characters")
+    path = os.path.abspath(os.path.expanduser(value))
+    if path == os.sep:
+        # The whole file system: your keys and every other run's directories. Spelled
+        # out, not granted: mode "off" is the honest way to run a product unconfined.
+        raise ValueError(
+            f"{value!r} grants the whole file system: name the directories the product "
+            'needs, or set mode = "off" to run it unconfined'
+        )
+    return path
 
 
 class ConfinementSetting(BaseModel):
