@@ -7,6 +7,10 @@ this kernel, so they fail if confinement is silently not applied.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -179,6 +183,43 @@ def test_a_private_tmpdir_is_made_only_when_confined_without_one(tmp_path: Path)
     scratch.remove()
     scratch.remove()  # idempotent
     assert not os.path.exists(scratch.path)
+
+
+def test_the_scratch_of_a_host_killed_outright_is_removed_by_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host killed with SIGKILL cannot remove its run's scratch: the next confined
+    start in the same temporary directory does, and never a live host's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, tempfile, sys\n"
+            f"tempfile.tempdir = {str(tmp_path)!r}\n"
+            "from dsh_subagent import ConfinementSetting\n"
+            "from dsh_subagent.confinement import RunScratch\n"
+            "scratch = RunScratch.make(ConfinementSetting(), {})\n"
+            "open(os.path.join(scratch.path, 'work.txt'), 'w').write('left')\n"
+            "print(scratch.path, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    orphan = Path(killed.stdout.strip())
+    assert orphan.parent == tmp_path
+    assert orphan.is_dir()
+    live = RunScratch.make(ConfinementSetting(), {})
+    assert live.path is not None
+    assert not orphan.exists()
+    again = RunScratch.make(ConfinementSetting(), {})  # this host's own scratch stays
+    assert again.path is not None
+    assert os.path.isdir(live.path)
+    live.remove()
+    again.remove()
 
 
 # -- a real run -----------------------------------------------------------------------

@@ -30,7 +30,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsh_subprocess import Confinement, ConfinementMode, landlock_abi, system_read_paths
+from dsh_subprocess import (
+    Confinement,
+    ConfinementMode,
+    collect_orphaned_dirs,
+    landlock_abi,
+    make_owned_dir,
+    system_read_paths,
+)
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from dsh_subagent.confinement_paths import (
@@ -239,10 +246,19 @@ def make_product_homes(setting: ConfinementSetting, reach: ProductReach) -> None
                 os.makedirs(path, mode=0o700, exist_ok=True)
 
 
+_SCRATCH_PREFIX = "dsh-run-"
+
+
 class RunScratch:
     """A run's private temporary directory, made when the instance's ``env`` names no
     ``TMPDIR`` and the run is confined (the rest of ``/tmp`` is not writable), removed
-    once the run's whole tree has exited."""
+    once the run's whole tree has exited.
+
+    The directory names its host (:func:`dsh_subprocess.make_owned_dir`): a host killed
+    outright (``kill -9``, the OOM killer) cannot remove it, and its guard ends the
+    product tree without knowing it, so the next confined start in the same temporary
+    directory removes every one whose host is gone.
+    """
 
     __slots__ = ("path",)
 
@@ -254,7 +270,9 @@ class RunScratch:
         """A fresh directory, or none (mode ``off``, or the instance's own ``TMPDIR``)."""
         if setting.mode == "off" or isinstance(env.get("TMPDIR"), str):
             return cls(None)
-        return cls(tempfile.mkdtemp(prefix="dsh-run-"))
+        base = tempfile.gettempdir()
+        collect_orphaned_dirs(_SCRATCH_PREFIX, base)
+        return cls(make_owned_dir(_SCRATCH_PREFIX, base))
 
     @property
     def env(self) -> dict[str, str]:
