@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import pytest
 from dsh_profiles import ProfileError, StaticDiscovery, compose, load_profile, parse_profile
+from dsh_profiles.profile import MAX_PROFILE_BYTES
 from dsh_subagent import (
     NO_START_CAPABILITIES,
     ResolvedSubagentStartRequest,
@@ -242,6 +243,22 @@ def test_loading_constructs_but_never_starts() -> None:
     _compose({"providers": [{"type": "alpha", "provider_name": "a"}, {"type": "alpha"}]})
     assert AlphaProvider.constructed == before_constructed + 2
     assert AlphaProvider.started == before_started
+
+
+def test_a_profile_that_is_not_utf8_is_a_profile_error(tmp_path: Path) -> None:
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b'[[providers]]\ntype = "alpha"\nprovider_name = "caf\xe9"\n')
+    with pytest.raises(ProfileError) as info:
+        load_profile(latin, discovery=DISCOVERY)
+    assert str(info.value) == f"{latin}: not UTF-8 text (an undecodable byte at 49)"
+
+
+def test_an_endless_profile_is_refused_unread_past_the_bound() -> None:
+    """``/dev/zero`` (or a runaway generator behind a path) never ends: the read stops at
+    the bound instead of growing until the machine runs out of memory."""
+    with pytest.raises(ProfileError) as info:
+        load_profile("/dev/zero", discovery=DISCOVERY)
+    assert str(info.value) == f"/dev/zero: larger than {MAX_PROFILE_BYTES} bytes: not a profile"
 
 
 def test_profile_file_errors_are_readable(tmp_path: Path) -> None:
