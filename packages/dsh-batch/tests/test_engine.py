@@ -4,6 +4,7 @@ workspace, one task as one record, and the first start running alone."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -89,6 +90,24 @@ def test_a_bad_line_never_echoes_its_content(tmp_path: Path) -> None:
     path = _write(tmp_path / "tasks.jsonl", '{"id": "x", "task": "' + secret)
     (bad,) = read_tasks(path).bad_lines
     assert secret not in bad.reason
+
+
+@pytest.mark.parametrize("kind", ["fifo", "endless"])
+def test_a_results_file_that_is_not_a_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    """A FIFO could not be read back (it was an internal error: ESPIPE) and ``/dev/zero``
+    would be read until memory ran out."""
+    if kind == "fifo":
+        path = tmp_path / "results.fifo"
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+    results = ResultsFile(path)
+    with pytest.raises(UsageError) as caught:
+        results.open()
+    assert str(caught.value) == (
+        f"the results file {str(path)!r} is not a regular file; give the path of a file "
+        "to append records to"
+    )
 
 
 def test_the_results_file_gives_done_ids_and_a_cut_short_line_runs_again(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,6 +256,14 @@ class ResultsFile:
         import fcntl  # POSIX only, like the rest of dsh's process handling
 
         fd, created = self._open_fd()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            # A FIFO cannot be read back (resume) and /dev/zero never ends: records go to
+            # a file.
+            os.close(fd)
+            raise UsageError(
+                f"the results file {str(self.path)!r} is not a regular file; give the path "
+                "of a file to append records to"
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
