@@ -253,6 +253,12 @@ def test_a_profile_that_is_not_utf8_is_a_profile_error(tmp_path: Path) -> None:
     assert str(info.value) == f"{latin}: not UTF-8 text (an undecodable byte at 49)"
 
 
+def test_a_profile_saved_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    marked = tmp_path / "marked.toml"
+    marked.write_bytes(b'\xef\xbb\xbf[[providers]]\ntype = "alpha"\nprovider_name = "a"\n')
+    assert [p.name for p in load_profile(marked, discovery=DISCOVERY).providers] == ["a"]
+
+
 def test_an_endless_profile_is_refused_unread_past_the_bound() -> None:
     """``/dev/zero`` (or a runaway generator behind a path) never ends: the read stops at
     the bound instead of growing until the machine runs out of memory."""

@@ -206,7 +206,8 @@ def read_profile(path: str | Path) -> Profile:
     if len(data) > MAX_PROFILE_BYTES:
         raise ProfileError(source, [f"larger than {MAX_PROFILE_BYTES} bytes: not a profile"])
     try:
-        text = data.decode("utf-8")
+        # A byte order mark (Windows editors write one) is no TOML statement: dropped.
+        text = data.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProfileError(
             source, [f"not UTF-8 text (an undecodable byte at {exc.start})"]
