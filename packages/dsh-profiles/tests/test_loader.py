@@ -164,6 +164,33 @@ def test_provider_name_inside_config_is_refused() -> None:
     assert "field 'config.provider_name': set provider_name on the row itself" in problem
 
 
+def test_a_shipped_type_not_installed_names_its_distribution_once() -> None:
+    """The tools of a row that failed are not reported again: the row's line says why
+    (and, for a type this project ships, what to install)."""
+    problems = _problems(
+        {
+            "providers": [
+                {"type": "alpha"},
+                {"type": "claude-code", "provider_name": "claude-primary"},
+                {"type": "nosuch"},
+            ],
+            "tools": [
+                {"name": "t", "provider": "claude-primary", "background_mode": "disabled"},
+                {"name": "u", "provider": "nosuch", "background_mode": "disabled"},
+                {"name": "v", "provider": "ghost", "background_mode": "disabled"},
+            ],
+        }
+    )
+    assert problems == (
+        "providers row 2 ('claude-primary') field 'type': no provider named 'claude-code' is "
+        "installed (installed: alpha, twin); install dsh-subagent-claude-code beside "
+        "dsh-profiles",
+        "providers row 3 ('nosuch') field 'type': no provider named 'nosuch' is installed "
+        "(installed: alpha, twin)",
+        "tools row 3 ('v') field 'provider': no provider instance named 'ghost' (instances: alpha)",
+    )
+
+
 def test_tool_rows_are_checked_against_instances_and_each_other() -> None:
     problems = _problems(
         {
