@@ -6,13 +6,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any, cast
 
 import anyio
 import pytest
 from dsh_batch.engine import FirstStartAlone, run_task, task_cwd
-from dsh_batch.files import BatchRecord, BatchTask, ResultsFile, UsageTotals, read_tasks
+from dsh_batch.files import (
+    MAX_TASK_LINE_BYTES,
+    BatchRecord,
+    BatchTask,
+    ResultsFile,
+    UsageTotals,
+    read_tasks,
+)
 from dsh_profiles.errors import UsageError
 from dsh_subagent import (
     COMPLETED,
@@ -83,6 +91,27 @@ def test_an_id_with_a_control_character_is_a_bad_line(tmp_path: Path, task_id: s
     assert [(b.line_no, b.reason) for b in listed.bad_lines] == [
         (1, "field 'id' must not hold control or format characters")
     ]
+
+
+def test_an_overlong_line_is_read_past_without_being_held(tmp_path: Path) -> None:
+    """A 40 MiB line (a data dump pasted as a task) is a bad line, and reading the file
+    never holds it: the task file is read line by line, each line bounded."""
+    path = tmp_path / "tasks.jsonl"
+    with path.open("wb") as out:
+        out.write(b'{"id": "dump", "task": "' + b"x" * (40 << 20) + b'"}\n')
+        out.write(_line("after").encode() + b"\n")
+        out.write(_line("last").encode())  # no newline at the end
+    tracemalloc.start()
+    try:
+        listed = read_tasks(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [t.id for t in listed.tasks] == ["after", "last"]
+    assert [(b.line_no, b.reason) for b in listed.bad_lines] == [
+        (1, f"longer than {MAX_TASK_LINE_BYTES} bytes")
+    ]
+    assert peak < 8 << 20, f"held {peak} bytes reading the file"
 
 
 def test_a_bad_line_never_echoes_its_content(tmp_path: Path) -> None:

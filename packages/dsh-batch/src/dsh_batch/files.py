@@ -23,9 +23,10 @@ import json
 import os
 import stat
 import unicodedata
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, BinaryIO, Final
 
 from dsh_profiles.errors import UsageError
 from dsh_subagent import COMPLETED, Changes, SubagentError, Usage
@@ -161,20 +162,39 @@ def read_tasks(path: str | Path) -> TaskList:
         UsageError: the file cannot be read at all.
     """
     try:
-        data = Path(path).read_bytes()
+        with Path(path).open("rb") as stream:
+            return _task_list(_bounded_lines(stream))
     except OSError as exc:
         raise UsageError(
             f"cannot read the task file {str(path)!r}: {exc.strerror or exc}"
         ) from None
+
+
+def _bounded_lines(stream: BinaryIO) -> Iterator[bytes | None]:
+    """The file's lines without their newline; ``None`` for one over the bound, whose
+    rest is read past in bounded chunks (never held: a line has no business being
+    gigabytes, and ``/dev/zero`` has no end)."""
+    while raw := stream.readline(MAX_TASK_LINE_BYTES + 1):
+        if raw.endswith(b"\n"):
+            yield raw[:-1]
+        elif len(raw) <= MAX_TASK_LINE_BYTES:
+            yield raw  # the last line, without a newline
+        else:
+            while (rest := stream.readline(MAX_TASK_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+
+
+def _task_list(lines: Iterable[bytes | None]) -> TaskList:
     tasks: list[BatchTask] = []
     bad: list[BadLine] = []
     first_line_of: dict[str, int] = {}
-    for line_no, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue  # a blank line (or the end of the file) carries no task
-        if len(raw) > MAX_TASK_LINE_BYTES:
+    for line_no, raw in enumerate(lines, start=1):
+        if raw is None:
             bad.append(BadLine(line_no, f"longer than {MAX_TASK_LINE_BYTES} bytes"))
             continue
+        if not raw.strip():
+            continue  # a blank line carries no task
         try:
             value = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
