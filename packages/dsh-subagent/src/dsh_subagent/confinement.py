@@ -144,7 +144,8 @@ class ProductReach:
     Attributes:
         read: Its installation (binary, bundled runtime) and read-only configuration.
         write: Its home when the product keeps state there (``CODEX_HOME``, the Claude
-            config directory).
+            config directory): directories, made private (``0700``) before a confined
+            start when missing (see docs/security.md).
         connect_ports: The ports of the model endpoint(s) its configuration names.
         bind_ports: Loopback ports the product serves itself on and connects back to
             (an agent that talks to its own local server; also allowed to connect).
