@@ -4,14 +4,23 @@ workspace, one task as one record, and the first start running alone."""
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any, cast
 
 import anyio
 import pytest
 from dsh_batch.engine import FirstStartAlone, run_task, task_cwd
-from dsh_batch.files import BatchRecord, BatchTask, ResultsFile, UsageTotals, read_tasks
+from dsh_batch.files import (
+    MAX_TASK_LINE_BYTES,
+    BatchRecord,
+    BatchTask,
+    ResultsFile,
+    UsageTotals,
+    read_tasks,
+)
 from dsh_profiles.errors import UsageError
 from dsh_subagent import (
     COMPLETED,
@@ -72,11 +81,62 @@ def test_bad_lines_are_reported_with_their_line_number_and_the_rest_is_kept(
     ]
 
 
+@pytest.mark.parametrize("task_id", ["a\nb", "red \x1b[31mALERT", "rtl\u202eexe.txt", "nul\x00"])
+def test_an_id_with_a_control_character_is_a_bad_line(tmp_path: Path, task_id: str) -> None:
+    """The id is printed on the terminal (progress lines, the summary): a newline would
+    forge a line, an escape sequence would rewrite the screen."""
+    path = _write(tmp_path / "tasks.jsonl", _line(task_id), _line("ok"))
+    listed = read_tasks(path)
+    assert [t.id for t in listed.tasks] == ["ok"]
+    assert [(b.line_no, b.reason) for b in listed.bad_lines] == [
+        (1, "field 'id' must not hold control or format characters")
+    ]
+
+
+def test_an_overlong_line_is_read_past_without_being_held(tmp_path: Path) -> None:
+    """A 40 MiB line (a data dump pasted as a task) is a bad line, and reading the file
+    never holds it: the task file is read line by line, each line bounded."""
+    path = tmp_path / "tasks.jsonl"
+    with path.open("wb") as out:
+        out.write(b'{"id": "dump", "task": "' + b"x" * (40 << 20) + b'"}\n')
+        out.write(_line("after").encode() + b"\n")
+        out.write(_line("last").encode())  # no newline at the end
+    tracemalloc.start()
+    try:
+        listed = read_tasks(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [t.id for t in listed.tasks] == ["after", "last"]
+    assert [(b.line_no, b.reason) for b in listed.bad_lines] == [
+        (1, f"longer than {MAX_TASK_LINE_BYTES} bytes")
+    ]
+    assert peak < 8 << 20, f"held {peak} bytes reading the file"
+
+
 def test_a_bad_line_never_echoes_its_content(tmp_path: Path) -> None:
     secret = "sk-planted-in-a-bad-line"
     path = _write(tmp_path / "tasks.jsonl", '{"id": "x", "task": "' + secret)
     (bad,) = read_tasks(path).bad_lines
     assert secret not in bad.reason
+
+
+@pytest.mark.parametrize("kind", ["fifo", "endless"])
+def test_a_results_file_that_is_not_a_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    """A FIFO could not be read back (it was an internal error: ESPIPE) and ``/dev/zero``
+    would be read until memory ran out."""
+    if kind == "fifo":
+        path = tmp_path / "results.fifo"
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+    results = ResultsFile(path)
+    with pytest.raises(UsageError) as caught:
+        results.open()
+    assert str(caught.value) == (
+        f"the results file {str(path)!r} is not a regular file; give the path of a file "
+        "to append records to"
+    )
 
 
 def test_the_results_file_gives_done_ids_and_a_cut_short_line_runs_again(

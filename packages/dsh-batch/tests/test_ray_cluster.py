@@ -5,12 +5,15 @@ from __future__ import annotations
 import io
 import logging
 import os
+import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dsh_batch.ray_cluster import (
+    RAY_LOGGER,
     cluster_environment,
     import_ray,
     one_line,
@@ -143,3 +146,36 @@ def test_without_a_short_writable_base_the_error_names_tmpdir(
         f"the temporary directory '{long}' is too long for Ray's unix socket paths and /tmp "
         "is not writable: set TMPDIR to a writable directory of at most 19 bytes"
     )
+
+
+def test_the_hosts_other_threads_keep_their_output_while_ray_is_connected(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host that runs ``run_batch`` in a worker thread (as docs/batch.md suggests for
+    async code) keeps its other threads' output; what Ray's own threads and its driver
+    calls print still becomes dsh's log records."""
+    caplog.set_level(logging.INFO, logger=RAY_LOGGER)
+    go, said = threading.Event(), threading.Event()
+
+    def host_thread() -> None:
+        go.wait()
+        print("the host's event loop says this")
+        print("and this on stderr", file=sys.stderr)
+        said.set()
+
+    host = threading.Thread(target=host_thread)
+    host.start()
+    with ray_output_as_logging():
+        go.set()
+        said.wait()
+        print("a notice of Ray's driver call")  # the calling thread: Ray's
+        ray_thread = threading.Thread(target=lambda: print("a worker died (Ray's thread)"))
+        ray_thread.start()
+        ray_thread.join()
+    host.join()
+    seen = capsys.readouterr()
+    assert (seen.out, seen.err) == ("the host's event loop says this\n", "and this on stderr\n")
+    assert [r.getMessage() for r in caplog.records if r.name == RAY_LOGGER] == [
+        "a notice of Ray's driver call",
+        "a worker died (Ray's thread)",
+    ]

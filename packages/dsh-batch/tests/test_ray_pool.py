@@ -6,12 +6,19 @@ cluster cannot be made to do on demand: actors that never come up.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+from dsh_batch import ray_pool
 from dsh_batch.engine import BatchPlan, Interrupts
+from dsh_batch.events import BatchEvent, TaskSettled
 from dsh_batch.files import BatchRecord, BatchTask, ResultsFile
+from dsh_batch.ray_cluster import ray_output_as_logging
 from dsh_batch.ray_pool import _Pool
 
 
@@ -144,3 +151,46 @@ def test_the_pool_has_no_more_actors_than_tasks(tmp_path: Path) -> None:
     finally:
         results.close()
     assert len(ray.actors) == 1
+
+
+def test_what_the_hosts_observer_prints_reaches_the_hosts_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """While Ray is connected its prints are redirected to logging; the observer (the
+    host's code, on the calling thread) prints to the host's own stdout and stderr, as
+    ``docs/batch.md``'s example does."""
+
+    @contextlib.contextmanager
+    def connect(*_: Any) -> Iterator[FakeRay]:
+        with ray_output_as_logging():  # what the real connect_ray does around the pool
+            print("a notice of Ray's own")
+            yield FakeRay([])
+
+    monkeypatch.setattr(ray_pool, "connect_ray", connect)
+    profile = tmp_path / "profile.toml"
+    profile.write_text('[[providers]]\ntype = "example"\n', encoding="utf-8")
+    results = ResultsFile(tmp_path / "out.jsonl")
+    results.open()
+
+    def show(event: BatchEvent) -> None:
+        if isinstance(event, TaskSettled):
+            print(f"settled {event.record.id}")
+            print(f"on stderr {event.record.id}", file=sys.stderr)
+
+    try:
+        summary = ray_pool.run_on_ray(
+            None,
+            profile=profile,
+            files=None,
+            plan=_plan(2),
+            base_cwd=None,
+            retries=0,
+            results=results,
+            observer=show,
+        )
+    finally:
+        results.close()
+    assert (summary.done, summary.error) == (2, None)
+    seen = capsys.readouterr()
+    assert sorted(seen.out.splitlines()) == ["settled t0", "settled t1"]  # not Ray's notice
+    assert sorted(seen.err.splitlines()) == ["on stderr t0", "on stderr t1"]

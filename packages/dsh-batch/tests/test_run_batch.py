@@ -136,8 +136,13 @@ def test_a_results_file_resumes_and_retry_failed_reruns_the_failed_task(
         ({}, [{"id": "a"}], r"tasks\[0\]: field 'task' is missing"),
         ({}, [{"id": "a", "task": "x"}, {"id": "a", "task": "y"}], r"tasks\[1\]: duplicate id"),
         ({}, [{"id": "a", "task": "  "}], r"tasks\[0\]: field 'task' is blank"),
+        ({}, [{"id": "a\x1b[2J", "task": "x"}], r"tasks\[0\]: field 'id' must not hold control"),
         ({}, [{"id": "a", "task": "x", "cwd": "missing"}], "'a'.*not an accessible directory"),
         ({"output_schema": {"type": "array"}}, [{"id": "a", "task": "x"}], "'output_schema'"),
+        # A setting of the call, not of the profile: named as the call's, on one line.
+        ({"confinement": "strict"}, [{"id": "a", "task": "x"}], r"^run_batch: field 'confinement'"),
+        ({}, "Summarise the README.", r"^run_batch: tasks must be a list of tasks"),
+        ({}, [{"id": "a", "task": "x"}, "y"], r"^run_batch: tasks\[1\]: must be a mapping"),
     ],
 )
 def test_bad_input_names_the_field_and_starts_nothing(

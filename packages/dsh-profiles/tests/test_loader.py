@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import pytest
 from dsh_profiles import ProfileError, StaticDiscovery, compose, load_profile, parse_profile
+from dsh_profiles.profile import MAX_PROFILE_BYTES
 from dsh_subagent import (
     NO_START_CAPABILITIES,
     ResolvedSubagentStartRequest,
@@ -163,6 +164,33 @@ def test_provider_name_inside_config_is_refused() -> None:
     assert "field 'config.provider_name': set provider_name on the row itself" in problem
 
 
+def test_a_shipped_type_not_installed_names_its_distribution_once() -> None:
+    """The tools of a row that failed are not reported again: the row's line says why
+    (and, for a type this project ships, what to install)."""
+    problems = _problems(
+        {
+            "providers": [
+                {"type": "alpha"},
+                {"type": "claude-code", "provider_name": "claude-primary"},
+                {"type": "nosuch"},
+            ],
+            "tools": [
+                {"name": "t", "provider": "claude-primary", "background_mode": "disabled"},
+                {"name": "u", "provider": "nosuch", "background_mode": "disabled"},
+                {"name": "v", "provider": "ghost", "background_mode": "disabled"},
+            ],
+        }
+    )
+    assert problems == (
+        "providers row 2 ('claude-primary') field 'type': no provider named 'claude-code' is "
+        "installed (installed: alpha, twin); install dsh-subagent-claude-code beside "
+        "dsh-profiles",
+        "providers row 3 ('nosuch') field 'type': no provider named 'nosuch' is installed "
+        "(installed: alpha, twin)",
+        "tools row 3 ('v') field 'provider': no provider instance named 'ghost' (instances: alpha)",
+    )
+
+
 def test_tool_rows_are_checked_against_instances_and_each_other() -> None:
     problems = _problems(
         {
@@ -242,6 +270,28 @@ def test_loading_constructs_but_never_starts() -> None:
     _compose({"providers": [{"type": "alpha", "provider_name": "a"}, {"type": "alpha"}]})
     assert AlphaProvider.constructed == before_constructed + 2
     assert AlphaProvider.started == before_started
+
+
+def test_a_profile_that_is_not_utf8_is_a_profile_error(tmp_path: Path) -> None:
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b'[[providers]]\ntype = "alpha"\nprovider_name = "caf\xe9"\n')
+    with pytest.raises(ProfileError) as info:
+        load_profile(latin, discovery=DISCOVERY)
+    assert str(info.value) == f"{latin}: not UTF-8 text (an undecodable byte at 49)"
+
+
+def test_a_profile_saved_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    marked = tmp_path / "marked.toml"
+    marked.write_bytes(b'\xef\xbb\xbf[[providers]]\ntype = "alpha"\nprovider_name = "a"\n')
+    assert [p.name for p in load_profile(marked, discovery=DISCOVERY).providers] == ["a"]
+
+
+def test_an_endless_profile_is_refused_unread_past_the_bound() -> None:
+    """``/dev/zero`` (or a runaway generator behind a path) never ends: the read stops at
+    the bound instead of growing until the machine runs out of memory."""
+    with pytest.raises(ProfileError) as info:
+        load_profile("/dev/zero", discovery=DISCOVERY)
+    assert str(info.value) == f"/dev/zero: larger than {MAX_PROFILE_BYTES} bytes: not a profile"
 
 
 def test_profile_file_errors_are_readable(tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ It says ``{"type": "ready"}`` (unless the task's first word is ``silent-open``),
 * ``bad-hello`` → the handshake line is ``{"type": "nope"}``;
 * ``usage <in> <out>`` → ``{"type": "usage", ...}``, then answers ``counted``;
 * ``reach <path>`` → reads ``path`` and answers its text, or ``denied <errno name>``;
-* ``tmpdir`` → answers its ``TMPDIR`` after writing a file there.
+* ``tmpdir`` → answers its ``TMPDIR`` after writing a file there;
+* ``home <path>`` → makes ``<path>/state`` (as Codex makes its state in its home) and
+  answers ``made``, or ``denied <errno name>``.
 """
 
 from __future__ import annotations
@@ -75,6 +77,13 @@ def main() -> int:
         with open(os.path.join(where, "scratch.txt"), "w", encoding="utf-8") as handle:
             handle.write("kept until the tree exits")
         _send({"type": "final", "text": where})
+    elif word == "home":
+        try:
+            os.makedirs(os.path.join(rest, "state"))
+            text = "made"
+        except OSError as exc:
+            text = f"denied {errno.errorcode.get(exc.errno or 0, '?')}"
+        _send({"type": "final", "text": text})
     elif word == "garbage":
         sys.stdout.write("this is not json\n")
         _send({"type": "final", "text": "after garbage"})

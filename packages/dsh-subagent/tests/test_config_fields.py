@@ -58,6 +58,19 @@ def test_missing_cwd_is_reported_against_the_cwd_field(tmp_path: Path) -> None:
     assert "is not an accessible directory" in msg
 
 
+@pytest.mark.parametrize("name", ["a\nb", "a\x1b]0;title\x07", "rtl\u202ename"])
+def test_a_provider_name_with_a_control_character_is_refused(name: str) -> None:
+    """The name heads every line dsh prints about the instance (``dsh: NAME: ...``)."""
+    with pytest.raises(ValidationError) as caught:
+        _Config(provider_name=name)
+    loc, msg = _only_error(caught)
+    assert (loc, msg) == (
+        ("provider_name",),
+        "Value error, must not hold control or format characters",
+    )
+    assert _Config(provider_name="codex-primary.2").provider_name == "codex-primary.2"
+
+
 @pytest.mark.parametrize("env", [{"": "x"}, {"A=B": "x"}, {"A": "nul\0"}])
 def test_unappliable_env_is_reported_against_the_env_field(env: dict[str, str]) -> None:
     with pytest.raises(ValidationError) as caught:

@@ -7,12 +7,18 @@ this kernel, so they fail if confinement is silently not applied.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 from dsh_subagent import (
     COMPLETED,
     ConfinementSetting,
+    Launch,
     ProductConfig,
     ProductReach,
     SubagentError,
@@ -59,6 +65,9 @@ def test_paths_expand_the_home_and_resolve_against_the_launch_directory(
         ("connect_ports", [70000], "70000 is not a TCP port (1-65535)"),
         ("connect_ports", [True], "a port must be a number, not true/false"),
         ("mode", "strict", "Input should be 'auto', 'required' or 'off'"),
+        ("write", ["/"], "'/' grants the whole file system"),
+        ("read", ["/usr/.."], "'/usr/..' grants the whole file system"),
+        ("write", ["/tmp/a\nb"], "'/tmp/a\\nb': a path must not contain control characters"),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_field(field: str, value: object, message: str) -> None:
@@ -176,6 +185,43 @@ def test_a_private_tmpdir_is_made_only_when_confined_without_one(tmp_path: Path)
     assert not os.path.exists(scratch.path)
 
 
+def test_the_scratch_of_a_host_killed_outright_is_removed_by_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host killed with SIGKILL cannot remove its run's scratch: the next confined
+    start in the same temporary directory does, and never a live host's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, tempfile, sys\n"
+            f"tempfile.tempdir = {str(tmp_path)!r}\n"
+            "from dsh_subagent import ConfinementSetting\n"
+            "from dsh_subagent.confinement import RunScratch\n"
+            "scratch = RunScratch.make(ConfinementSetting(), {})\n"
+            "open(os.path.join(scratch.path, 'work.txt'), 'w').write('left')\n"
+            "print(scratch.path, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    orphan = Path(killed.stdout.strip())
+    assert orphan.parent == tmp_path
+    assert orphan.is_dir()
+    live = RunScratch.make(ConfinementSetting(), {})
+    assert live.path is not None
+    assert not orphan.exists()
+    again = RunScratch.make(ConfinementSetting(), {})  # this host's own scratch stays
+    assert again.path is not None
+    assert os.path.isdir(live.path)
+    live.remove()
+    again.remove()
+
+
 # -- a real run -----------------------------------------------------------------------
 
 needs_landlock = pytest.mark.skipif(
@@ -254,3 +300,52 @@ async def test_auto_without_landlock_runs_unconfined(
     monkeypatch.setattr(_landlock, "abi", lambda: 0)
     answer = await _answer(EchoProvider(EchoConfig()), f"reach {planted}", tmp_path / "work")
     assert answer == "PLANTED-KEY"
+
+
+class _HomedConfig(EchoConfig):
+    home: str = ""
+
+
+class _HomedEcho(EchoProvider):
+    """A product that keeps state in a home its provider names (as Codex's
+    ``CODEX_HOME``, by default ``~/.codex``), which a fresh account does not have yet."""
+
+    Config = _HomedConfig
+
+    def confinement_reach(
+        self, launch: Launch, env: Mapping[str, str | None], cwd: str
+    ) -> ProductReach:
+        home = self.config.home if isinstance(self.config, _HomedConfig) else ""
+        base = super().confinement_reach(launch, env, cwd)
+        return ProductReach(read=base.read, write=(home,))
+
+
+@needs_landlock
+@pytest.mark.anyio
+async def test_a_confined_first_run_gets_its_missing_product_home_made_private(
+    tmp_path: Path,
+) -> None:
+    """A fresh account: the home's parent (the user's home) is not writable when
+    confined, so the runtime makes the granted home before the start."""
+    home = tmp_path / "account" / ".product"
+    (tmp_path / "account").mkdir()
+    provider = _HomedEcho(_HomedConfig(home=str(home)))
+    assert await _answer(provider, f"home {home}", tmp_path / "account") == "made"
+    assert (home / "state").is_dir()
+    assert home.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.anyio
+async def test_an_unconfined_run_leaves_its_product_home_to_the_product(tmp_path: Path) -> None:
+    home = tmp_path / "account" / ".product"
+    (tmp_path / "account").mkdir()
+    setting = ConfinementSetting(mode="off")
+    provider = _HomedEcho(_HomedConfig(home=str(home), confinement=setting))
+    assert await _answer(provider, f"home {home}", tmp_path / "account") == "made"
+    assert home.stat().st_mode & 0o777 == 0o777 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -78,6 +78,15 @@ def test_usable_cwd_rejects_missing_path_and_file(tmp_path: Path) -> None:
     assert caught.value.code is SubagentErrorCode.NO_WORKING_DIRECTORY
 
 
+def test_a_path_with_a_newline_or_an_escape_is_named_on_one_line(tmp_path: Path) -> None:
+    forged = str(tmp_path / "a\nb\x1b[2J")
+    with pytest.raises(SubagentError) as caught:
+        assert_usable_cwd("p", "config cwd", forged)
+    assert caught.value.message == f"p: config cwd is not an accessible directory: {forged!r}"
+    assert "\n" not in caught.value.message
+    assert "\x1b" not in caught.value.message
+
+
 def test_usable_cwd_rejects_a_directory_without_execute_permission(tmp_path: Path) -> None:
     # Holds for root too: the probe requires an execute bit, not only access(X_OK).
     locked = tmp_path / "locked"

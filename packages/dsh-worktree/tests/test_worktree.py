@@ -24,6 +24,7 @@ from dsh_subagent import (
     render_changes,
 )
 from dsh_worktree import COMMIT_AUTHOR, Worktree, WorktreeError, WorktreeProvider
+from dsh_worktree.repo import open_repository
 from dsh_worktree.testing import git_out
 from worktree_doubles import EditingProvider
 
@@ -372,3 +373,17 @@ async def test_repository_hooks_cannot_refuse_the_commit_that_keeps_the_work(
     assert result.changes is not None
     assert result.changes.commit is not None
     assert not _exists(marker)
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["missing", "not-a-repository"])
+async def test_a_cwd_with_a_newline_or_an_escape_is_named_on_one_line(
+    tmp_path: Path, made: bool
+) -> None:
+    """The message reaches a terminal (``dsh worktrees``, ``dsh run --worktree``)."""
+    cwd = tmp_path / "a\nb\x1b[31m"
+    if made:
+        cwd.mkdir()
+    with pytest.raises(WorktreeError) as caught:
+        await open_repository(str(cwd), "git")
+    problem = "not inside a git repository" if made else "not an accessible directory"
+    assert caught.value.message == f"worktree: the cwd is {problem}: {str(cwd)!r}"

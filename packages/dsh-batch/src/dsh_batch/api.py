@@ -19,6 +19,7 @@ from dsh_profiles.discovery import ProviderDiscovery
 from dsh_profiles.errors import DshProfilesError, UsageError
 from dsh_subagent import Budget, CancelSignal, SubagentError
 from dsh_subagent.structured import check_output_schema
+from dsh_subprocess import ConfinementMode
 from dsh_worktree import Worktree
 from pydantic import (
     BaseModel,
@@ -87,7 +88,7 @@ class BatchSettings(BaseModel):
     output_schema: dict[str, JsonValue] | None = None
     budget: Budget | None = None
     retry_failed: bool = False
-    confinement: str | None = None
+    confinement: ConfinementMode | None = None
     warm: NonNegativeInt | None = None
     worktree: Worktree | None = None
     ray: bool | Annotated[str, StringConstraints(min_length=1)] = False
@@ -118,10 +119,14 @@ def _settings(options: Mapping[str, Any]) -> BatchSettings:
 def _tasks(tasks: Iterable[BatchTask | Mapping[str, Any]]) -> tuple[BatchTask, ...]:
     checked: list[BatchTask] = []
     seen: dict[str, int] = {}
+    if isinstance(tasks, str | bytes | Mapping):
+        raise UsageError("run_batch: tasks must be a list of tasks, not one string or mapping")
     for index, item in enumerate(tasks):
         where = f"run_batch: tasks[{index}]"
         if isinstance(item, BatchTask):
             task = item
+        elif not isinstance(item, Mapping):
+            raise UsageError(f"{where}: must be a mapping of the task file's fields or a BatchTask")
         else:
             try:
                 task = BatchTask.model_validate(item)

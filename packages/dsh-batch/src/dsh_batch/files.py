@@ -4,11 +4,11 @@ A task file is JSON Lines, one object per task::
 
     {"id": "ticket-17", "task": "Summarise ticket 17 in one line.", "cwd": "repos/app"}
 
-``id`` (a non-empty string, unique in the file) and ``task`` (the complete, self-contained
-task text) are required; ``cwd`` and ``output_schema`` (a JSON Schema the answer must
-match) are optional. A line that is not such an object is a *bad
-line*: it is reported with its line number and skipped, never silently. A blank line
-carries no task and is ignored.
+``id`` (a non-empty string without control characters, unique in the file) and
+``task`` (the complete, self-contained task text) are required; ``cwd`` and
+``output_schema`` (a JSON Schema the answer must match) are optional. A line that is not
+such an object is a *bad line*: it is reported with its line number and skipped, never
+silently. A blank line carries no task and is ignored.
 
 The results file is JSON Lines too, one :class:`BatchRecord` per settled task, appended as
 each task settles (one ``write`` of one whole line). Reading it back gives the latest
@@ -21,14 +21,25 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
+import unicodedata
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, BinaryIO, Final
 
 from dsh_profiles.errors import UsageError
 from dsh_subagent import COMPLETED, Changes, SubagentError, Usage
 from dsh_subagent.structured import check_output_schema
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 __all__ = [
     "BadLine",
@@ -59,6 +70,15 @@ class BatchTask(BaseModel):
     """The JSON Schema (object root) this task's answer must match; the record's
     ``structured`` then carries the validated object. Default: the batch's
     ``--output-schema``, else none."""
+
+    @field_validator("id")
+    @classmethod
+    def _printable_id(cls, value: str) -> str:
+        # The id is printed in progress lines and the summary on a terminal: a control or
+        # format character (newline, ESC, a bidi override) would forge or hide output.
+        if any(unicodedata.category(char) in ("Cc", "Cf") for char in value):
+            raise ValueError("must not hold control or format characters")
+        return value
 
 
 class BatchRecord(BaseModel):
@@ -128,6 +148,8 @@ def describe_error(error: ValidationError) -> str:
             parts.append(f"field {field!r} is empty")
         elif item["type"] == "string_type":
             parts.append(f"field {field!r} must be a string")
+        elif item["type"] == "value_error":
+            parts.append(f"field {field!r} {item['ctx']['error']}")
         else:
             parts.append(f"field {field!r}: {item['msg']}")
     return "; ".join(parts)
@@ -140,20 +162,39 @@ def read_tasks(path: str | Path) -> TaskList:
         UsageError: the file cannot be read at all.
     """
     try:
-        data = Path(path).read_bytes()
+        with Path(path).open("rb") as stream:
+            return _task_list(_bounded_lines(stream))
     except OSError as exc:
         raise UsageError(
             f"cannot read the task file {str(path)!r}: {exc.strerror or exc}"
         ) from None
+
+
+def _bounded_lines(stream: BinaryIO) -> Iterator[bytes | None]:
+    """The file's lines without their newline; ``None`` for one over the bound, whose
+    rest is read past in bounded chunks (never held: a line has no business being
+    gigabytes, and ``/dev/zero`` has no end)."""
+    while raw := stream.readline(MAX_TASK_LINE_BYTES + 1):
+        if raw.endswith(b"\n"):
+            yield raw[:-1]
+        elif len(raw) <= MAX_TASK_LINE_BYTES:
+            yield raw  # the last line, without a newline
+        else:
+            while (rest := stream.readline(MAX_TASK_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+
+
+def _task_list(lines: Iterable[bytes | None]) -> TaskList:
     tasks: list[BatchTask] = []
     bad: list[BadLine] = []
     first_line_of: dict[str, int] = {}
-    for line_no, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue  # a blank line (or the end of the file) carries no task
-        if len(raw) > MAX_TASK_LINE_BYTES:
+    for line_no, raw in enumerate(lines, start=1):
+        if raw is None:
             bad.append(BadLine(line_no, f"longer than {MAX_TASK_LINE_BYTES} bytes"))
             continue
+        if not raw.strip():
+            continue  # a blank line carries no task
         try:
             value = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
@@ -235,6 +276,14 @@ class ResultsFile:
         import fcntl  # POSIX only, like the rest of dsh's process handling
 
         fd, created = self._open_fd()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            # A FIFO cannot be read back (resume) and /dev/zero never ends: records go to
+            # a file.
+            os.close(fd)
+            raise UsageError(
+                f"the results file {str(self.path)!r} is not a regular file; give the path "
+                "of a file to append records to"
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

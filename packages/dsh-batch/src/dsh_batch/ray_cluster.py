@@ -41,6 +41,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final
@@ -145,6 +146,40 @@ class _LineLog(io.TextIOBase):
         pass
 
 
+class _HostThreadsKept(io.TextIOBase):
+    """``sys.stdout`` or ``sys.stderr`` while Ray is connected: what a thread of the
+    host's own writes (one that ran before the block, other than the caller) goes to the
+    host's stream as before; the caller's (Ray's driver calls) and the threads Ray
+    started go to ``log``. The stream is process-wide: a host that runs ``run_batch`` in
+    a worker thread keeps the output of its other threads."""
+
+    def __init__(
+        self, log: _LineLog, host: Any, host_threads: Collection[threading.Thread]
+    ) -> None:
+        self._log = log
+        self._host = host
+        # Thread objects, not idents: a thread started later may reuse an ended one's.
+        self._host_threads = frozenset(host_threads)
+
+    def _for_host(self) -> bool:
+        return threading.current_thread() in self._host_threads
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if self._for_host():
+            return int(self._host.write(text))
+        return self._log.write(text)
+
+    def flush(self) -> None:
+        if self._for_host():
+            self._host.flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, buffer, fileno … of the host's
+        return getattr(self._host, name)
+
+
 class _Forward(logging.Handler):
     """Hands every record of the ``ray`` logger to dsh's Ray logger."""
 
@@ -162,7 +197,8 @@ def ray_output_as_logging() -> Iterator[None]:
 
     Ray configures its ``ray`` logger with a stderr handler of its own when it is
     imported, and prints some notices (a worker that died) on ``sys.stdout``; for this
-    block both reach dsh's logging instead. Restored on exit.
+    block both reach dsh's logging instead. The host's other threads keep their output
+    (each write is routed by its thread). Restored on exit.
     """
     target = logging.getLogger(RAY_LOGGER)
     ray_logger = logging.getLogger("ray")
@@ -172,8 +208,11 @@ def ray_output_as_logging() -> Iterator[None]:
         ray_logger.removeHandler(handler)
     ray_logger.addHandler(forward)
     stream = _LineLog(target)
+    host = set(threading.enumerate()) - {threading.current_thread()}
+    out = _HostThreadsKept(stream, sys.stdout, host)
+    err = _HostThreadsKept(stream, sys.stderr, host)
     try:
-        with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             yield
     finally:
         ray_logger.removeHandler(forward)

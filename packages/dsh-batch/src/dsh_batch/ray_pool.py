@@ -34,8 +34,10 @@ batch ends every actor is closed and killed.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from collections import Counter, deque
@@ -53,6 +55,7 @@ from dsh_batch.actor import BUNDLE_PROFILE, BatchActor
 from dsh_batch.engine import BatchPlan, Interrupts, RecordSink, Summary
 from dsh_batch.events import (
     BatchCounts,
+    BatchEvent,
     BatchObserver,
     Notice,
     TaskLeft,
@@ -105,6 +108,25 @@ def check_ray(address: str | None) -> None:
         raise UsageError(f"could not reach Ray at {address}: {reason}") from None
 
 
+def _with_host_output(observer: BatchObserver | None) -> BatchObserver | None:
+    """``observer`` called with the host's own ``sys.stdout`` and ``sys.stderr``.
+
+    While Ray is connected its driver-side prints are redirected to logging
+    (:func:`~dsh_batch.ray_cluster.ray_output_as_logging`); the host's observer runs on
+    the calling thread in that block, and what it prints is the host's, not Ray's.
+    """
+    if observer is None:
+        return None
+    out, err = sys.stdout, sys.stderr
+    host = observer
+
+    def deliver(event: BatchEvent) -> None:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            host(event)
+
+    return deliver
+
+
 def run_on_ray(
     address: str | None,
     *,
@@ -133,6 +155,7 @@ def run_on_ray(
     Raises:
         UsageError: Ray is not installed.
     """
+    observer = _with_host_output(observer)  # taken before Ray's output is redirected
     with tempfile.TemporaryDirectory(prefix="dsh-batch-") as stage:
         _stage_bundle(Path(stage), profile, files)
         try:

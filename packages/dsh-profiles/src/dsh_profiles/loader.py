@@ -10,7 +10,7 @@ Every problem found is reported at once, each naming its row and field.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,14 @@ def _row_label(index: int, ident: str | None) -> str:
     return f"providers row {index}" + (f" ({ident!r})" if ident else "")
 
 
+_SHIPPED_IN = {
+    "codex": "dsh-subagent-codex",
+    "claude-code": "dsh-subagent-claude-code",
+    "acp": "dsh-subagent-acp",
+}
+"""The distribution that provides each provider type this project ships."""
+
+
 def _resolve_class(
     row_no: int, row_type: str, ident: str | None, discovery: ProviderDiscovery
 ) -> tuple[type[SubagentProvider], str] | str:
@@ -89,7 +97,12 @@ def _resolve_class(
     candidates = discovery.candidates(row_type)
     if not candidates:
         installed = ", ".join(discovery.names()) or "none"
-        return f"{where}: no provider named {row_type!r} is installed (installed: {installed})"
+        hint = _SHIPPED_IN.get(row_type)
+        install = f"; install {hint} beside dsh-profiles" if hint else ""
+        return (
+            f"{where}: no provider named {row_type!r} is installed (installed: {installed})"
+            f"{install}"
+        )
     if len(candidates) > 1:
         listed = "; ".join(c.describe() for c in candidates)
         return f"{where}: provider name {row_type!r} is ambiguous, advertised by: {listed}"
@@ -136,6 +149,7 @@ def compose(
     loaded: list[LoadedProvider] = []
     built: dict[str, BuiltRow] = {}
     first_row_of: dict[str, int] = {}
+    loaded_idents: set[str] = set()
     raw_rows = {"providers": [row.model_dump() for row in profile.providers]}
     for index, row in enumerate(profile.providers, start=1):
         ident = row.provider_name or row.type
@@ -211,11 +225,14 @@ def compose(
             )
             continue
         first_row_of[name] = index
+        loaded_idents.add(ident)
         instance = LoadedProvider(index, row.type, origin, config, provider, worktree)
         loaded.append(instance)
         built[name] = BuiltRow(instance, cls, raw_config)
 
-    problems.extend(_check_tools(profile, first_row_of))
+    # A tool of a row that failed above is not reported again: the row's problem says why.
+    failed = {row.provider_name or row.type for row in profile.providers} - loaded_idents
+    problems.extend(_check_tools(profile, first_row_of, failed))
     derived, derive_problems = tool_instances(profile, built)
     loaded.extend(derived)
     problems.extend(derive_problems)
@@ -233,7 +250,9 @@ def compose(
     return Composition(source, tuple(loaded), profile.tools, profile.job_tools, jobs_config)
 
 
-def _check_tools(profile: Profile, instances: Mapping[str, int]) -> Sequence[str]:
+def _check_tools(
+    profile: Profile, instances: Mapping[str, int], failed: Collection[str]
+) -> Sequence[str]:
     problems = []
     seen: dict[str, int] = {}
     reserved = set(JOB_TOOL_NAMES) if profile.job_tools else set()
@@ -248,7 +267,7 @@ def _check_tools(profile: Profile, instances: Mapping[str, int]) -> Sequence[str
             problems.append(f"{where} field 'name': {tool.name!r} is a job control tool name")
         else:
             seen[tool.name] = index
-        if tool.provider not in instances:
+        if tool.provider not in instances and tool.provider not in failed:
             known = ", ".join(instances) or "none"
             problems.append(
                 f"{where} field 'provider': no provider instance named {tool.provider!r} "

@@ -186,17 +186,32 @@ def parse_profile(raw: Mapping[str, Any], source: str = "<profile>") -> Profile:
         raise ProfileError(source, describe_validation_error(exc, raw=raw)) from None
 
 
+MAX_PROFILE_BYTES = 1_048_576
+"""A profile file longer than this is refused unread (a profile is a few rows of TOML)."""
+
+
 def read_profile(path: str | Path) -> Profile:
     """Read and validate a TOML profile file.
 
     Raises:
-        ProfileError: the file is missing, is not TOML, or has the wrong shape.
+        ProfileError: the file is missing, too large, not UTF-8, not TOML, or has the
+            wrong shape.
     """
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as stream:
+            data = stream.read(MAX_PROFILE_BYTES + 1)  # bounded: /dev/zero never ends
     except OSError as exc:
         raise ProfileError(source, [f"cannot read profile: {exc.strerror or exc}"]) from None
+    if len(data) > MAX_PROFILE_BYTES:
+        raise ProfileError(source, [f"larger than {MAX_PROFILE_BYTES} bytes: not a profile"])
+    try:
+        # A byte order mark (Windows editors write one) is no TOML statement: dropped.
+        text = data.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(
+            source, [f"not UTF-8 text (an undecodable byte at {exc.start})"]
+        ) from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -23,6 +23,7 @@ check raises one with a message that says what is wrong with the value.
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Annotated, Any
 
 from dsh_subprocess import MAX_GRACE_SECONDS, check_env_overlay
@@ -152,6 +153,15 @@ class ProductConfig(BaseModel):
     )
     confinement: ConfinementSetting = ConfinementSetting()
     warm: int = Field(default=0, ge=0, le=64, strict=True)
+
+    @field_validator("provider_name", mode="after")
+    @classmethod
+    def _printable_name(cls, value: str) -> str:
+        # The name heads every line dsh prints about the instance (and its logs): a
+        # newline would forge a line, an escape sequence would reach the terminal.
+        if any(unicodedata.category(char) in ("Cc", "Cf") for char in value):
+            raise ValueError("must not hold control or format characters")
+        return value
 
     @field_validator("*", mode="after")
     @classmethod

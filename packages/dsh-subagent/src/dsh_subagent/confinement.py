@@ -20,15 +20,24 @@ product's whole process tree before the product's code runs (docs/security.md):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsh_subprocess import Confinement, ConfinementMode, landlock_abi, system_read_paths
+from dsh_subprocess import (
+    Confinement,
+    ConfinementMode,
+    collect_orphaned_dirs,
+    landlock_abi,
+    make_owned_dir,
+    system_read_paths,
+)
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from dsh_subagent.confinement_paths import (
@@ -75,7 +84,17 @@ def _absolute(value: object) -> str:
         raise ValueError("a path must not contain NUL characters")
     if not value:
         raise ValueError("a path must not be empty")
-    return os.path.abspath(os.path.expanduser(value))
+    if any(unicodedata.category(char) == "Cc" for char in value):
+        raise ValueError(f"{value!r}: a path must not contain control characters")
+    path = os.path.abspath(os.path.expanduser(value))
+    if path == os.sep:
+        # The whole file system: your keys and every other run's directories. Spelled
+        # out, not granted: mode "off" is the honest way to run a product unconfined.
+        raise ValueError(
+            f"{value!r} grants the whole file system: name the directories the product "
+            'needs, or set mode = "off" to run it unconfined'
+        )
+    return path
 
 
 class ConfinementSetting(BaseModel):
@@ -125,7 +144,8 @@ class ProductReach:
     Attributes:
         read: Its installation (binary, bundled runtime) and read-only configuration.
         write: Its home when the product keeps state there (``CODEX_HOME``, the Claude
-            config directory).
+            config directory): directories, made private (``0700``) before a confined
+            start when missing (see docs/security.md).
         connect_ports: The ports of the model endpoint(s) its configuration names.
         bind_ports: Loopback ports the product serves itself on and connects back to
             (an agent that talks to its own local server; also allowed to connect).
@@ -209,10 +229,37 @@ def default_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> Product
     return ProductReach(read=tuple(read), connect_ports=tuple(sorted(env_endpoint_ports(env))))
 
 
+def make_product_homes(setting: ConfinementSetting, reach: ProductReach) -> None:
+    """Create the product homes a confined run is granted (``reach.write``) that do not
+    exist yet, private to the user.
+
+    Unconfined, a product makes its own home on first use (``~/.codex``, ``~/.claude``);
+    confined, a grant of a missing path is skipped and its parent is not writable, so
+    without this a first run on a fresh account fails (Codex cannot make its state) or
+    quietly keeps nothing (Claude Code's sessions: a continuation handle that resumes
+    nothing). A directory that cannot be made is left to the product to report.
+    """
+    if not confines_commands(setting):
+        return
+    for path in reach.write:
+        if not os.path.lexists(path):
+            with contextlib.suppress(OSError):
+                os.makedirs(path, mode=0o700, exist_ok=True)
+
+
+_SCRATCH_PREFIX = "dsh-run-"
+
+
 class RunScratch:
     """A run's private temporary directory, made when the instance's ``env`` names no
     ``TMPDIR`` and the run is confined (the rest of ``/tmp`` is not writable), removed
-    once the run's whole tree has exited."""
+    once the run's whole tree has exited.
+
+    The directory names its host (:func:`dsh_subprocess.make_owned_dir`): a host killed
+    outright (``kill -9``, the OOM killer) cannot remove it, and its guard ends the
+    product tree without knowing it, so the next confined start in the same temporary
+    directory removes every one whose host is gone.
+    """
 
     __slots__ = ("path",)
 
@@ -224,7 +271,9 @@ class RunScratch:
         """A fresh directory, or none (mode ``off``, or the instance's own ``TMPDIR``)."""
         if setting.mode == "off" or isinstance(env.get("TMPDIR"), str):
             return cls(None)
-        return cls(tempfile.mkdtemp(prefix="dsh-run-"))
+        base = tempfile.gettempdir()
+        collect_orphaned_dirs(_SCRATCH_PREFIX, base)
+        return cls(make_owned_dir(_SCRATCH_PREFIX, base))
 
     @property
     def env(self) -> dict[str, str]:

@@ -54,6 +54,7 @@ from dsh_subagent.confinement import (
     RunScratch,
     check_confinement,
     default_reach,
+    make_product_homes,
     run_policy,
 )
 from dsh_subagent.continuation import (
@@ -343,6 +344,8 @@ class ProductProvider(
             env = {**launch.env, **self.config.env}
             scratch = RunScratch.make(self.config.confinement, env)
             env.update(scratch.env)
+            reach = self.confinement_reach(launch, env, cwd)
+            make_product_homes(self.config.confinement, reach)
             spec = SpawnSpec(
                 argv=tuple(launch.argv),
                 cwd=cwd,
@@ -351,12 +354,7 @@ class ProductProvider(
                 stdout="pipe",
                 stderr="pipe",
                 grace=self.config.dispose_grace,
-                confinement=run_policy(
-                    self.config.confinement,
-                    self.confinement_reach(launch, env, cwd),
-                    cwd=cwd,
-                    env=env,
-                ),
+                confinement=run_policy(self.config.confinement, reach, cwd=cwd, env=env),
             )
         except Exception as exc:
             scratch.remove()

@@ -88,10 +88,12 @@ def assert_usable_cwd(
             even when the host runs as root.
     """
     problem = probe_cwd(cwd)
+    # One line whatever the path holds: a newline or an escape is shown quoted.
+    shown = cwd if cwd.isprintable() else repr(cwd)
     if problem == "relative":
-        raise SubagentError(code, f"{prefix}: {label} must be an absolute path: {cwd}")
+        raise SubagentError(code, f"{prefix}: {label} must be an absolute path: {shown}")
     if problem is not None:
-        raise SubagentError(code, f"{prefix}: {label} is not an accessible directory: {cwd}")
+        raise SubagentError(code, f"{prefix}: {label} is not an accessible directory: {shown}")
     return cwd
 
 

@@ -64,6 +64,11 @@ class Repository:
     git: str
 
 
+def _shown(path: str) -> str:
+    """``path`` for a one-line message: quoted when it holds a newline or an escape."""
+    return path if path.isprintable() else repr(path)
+
+
 async def open_repository(cwd: str, executable: str) -> Repository:
     """The repository ``cwd`` is inside.
 
@@ -72,7 +77,7 @@ async def open_repository(cwd: str, executable: str) -> Repository:
             repository, inside a bare repository or inside a ``.git`` directory.
     """
     if probe_cwd(cwd) is not None:
-        raise WorktreeError(f"the cwd is not an accessible directory: {cwd}")
+        raise WorktreeError(f"the cwd is not an accessible directory: {_shown(cwd)}")
     result = await git(
         cwd,
         "rev-parse",
@@ -83,15 +88,15 @@ async def open_repository(cwd: str, executable: str) -> Repository:
         executable=executable,
     )
     if not result.ok:
-        raise WorktreeError(f"the cwd is not inside a git repository: {cwd}")
+        raise WorktreeError(f"the cwd is not inside a git repository: {_shown(cwd)}")
     lines = result.stdout.split("\n")
     if len(lines) < 4:
-        raise WorktreeError(f"git rev-parse gave an unexpected answer in {cwd}")
+        raise WorktreeError(f"git rev-parse gave an unexpected answer in {_shown(cwd)}")
     bare, inside, common, prefix = lines[:4]
     if bare == "true":
-        raise WorktreeError(f"the cwd is in a bare repository (no working tree): {cwd}")
+        raise WorktreeError(f"the cwd is in a bare repository (no working tree): {_shown(cwd)}")
     if inside != "true":
-        raise WorktreeError(f"the cwd is not inside the repository's working tree: {cwd}")
+        raise WorktreeError(f"the cwd is not inside the repository's working tree: {_shown(cwd)}")
     return _located(cwd, common, prefix, executable)
 
 
