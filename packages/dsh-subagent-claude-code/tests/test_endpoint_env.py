@@ -25,9 +25,7 @@ def test_the_key_is_only_the_bearer_token_and_an_inherited_api_key_is_removed(
     assert env["ANTHROPIC_AUTH_TOKEN"] == "sk-secret"
     assert "ANTHROPIC_API_KEY" in env
     assert env["ANTHROPIC_API_KEY"] is None  # removes the host's key, never competes with it
-    assert [name for name, value in env.items() if value == "sk-secret"] == [
-        "ANTHROPIC_AUTH_TOKEN"
-    ]
+    assert [name for name, value in env.items() if value == "sk-secret"] == ["ANTHROPIC_AUTH_TOKEN"]
     assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9/x"
     assert "CLAUDE_CODE_EFFORT_LEVEL" not in env
     # Nothing is written: the isolated home is made of empty directories.
