@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from dsh_cli.demo import deepseek_claude_env
 from dsh_contract_tests.fixtures import responses
 from dsh_profiles.loader import compose
 from dsh_profiles.profile import Profile, ProviderRow
 from dsh_profiles.runtime import delegate, open_runtime
 from dsh_subagent import COMPLETED, CancelController, ParentContext, SubagentResult
+from dsh_subagent_claude_code import deepseek_env
 from dsh_subprocess.testing import ProcessWatch
 
 DEEPSEEK_BASE_URL: Final = "https://api.deepseek.com"
@@ -423,7 +423,7 @@ async def claude_direct(root: Path, api_key: str, anthropic_base_url: str) -> No
     nonce = _nonce("CLAUDE")
     workspace = root / "workspace"
     workspace.mkdir()
-    env = deepseek_claude_env(api_key, root / "claude", base_url=anthropic_base_url)
+    env = deepseek_env(api_key, root / "claude", base_url=anthropic_base_url)
     with ProcessWatch() as watch:
         result = await _delegate_once("claude-code", env, workspace, nonce)
     assert result.stop_reason == COMPLETED, result.diagnostic

@@ -27,6 +27,7 @@ from dsh_contract_tests.fixtures.keyless_profile import (
     CODEX_TOOL,
     PROFILE_NAME,
     ServedProfile,
+    SetupRefused,
     serve_keyless_profile,
     serve_keyless_profile_until_stopped,
 )
@@ -125,32 +126,77 @@ def test_a_temporary_root_is_named_by_the_prefix_and_removed_with_everything(
     assert not served.root.exists()
 
 
-@pytest.mark.parametrize("content", ["file", "directory", "nothing"])
-def test_a_root_that_is_not_an_existing_empty_directory_is_refused_before_anything_listens(
+@pytest.mark.parametrize("content", ["file", "directory"])
+def test_a_root_that_is_not_a_new_or_empty_directory_is_refused_before_anything_listens(
     tmp_path: Path, content: str
 ) -> None:
     root = tmp_path / "root"
     if content == "file":
         root.write_text("x", encoding="utf-8")
-    elif content == "directory":
+    else:
         (root / "kept").mkdir(parents=True)
     with (
-        pytest.raises(ValueError, match=r"^root .*: not an existing, empty directory; nothing"),
+        pytest.raises(SetupRefused, match=r"^root .*: not a new or empty directory; nothing") as e,
         serve_keyless_profile(SCRIPT, root),
     ):
         pass
-    expected = {"file": ["root"], "directory": ["kept", "root"], "nothing": []}[content]
+    assert (e.value.argument, e.value.value, e.value.reason) == (
+        "root",
+        root,
+        "not a new or empty directory",
+    )
+    expected = {"file": ["root"], "directory": ["kept", "root"]}[content]
     assert sorted(p.name for p in tmp_path.rglob("*")) == expected
 
 
-def test_a_relative_codex_acp_is_refused_before_anything_listens(tmp_path: Path) -> None:
-    """The profile is used from any directory, so a relative command would name another."""
+def test_a_missing_root_is_made_with_its_parents_and_kept(tmp_path: Path) -> None:
+    root = tmp_path / "new" / "root"
+    with serve_keyless_profile(SCRIPT, root) as served:
+        assert served.root == root
+        assert served.profile.is_file()
+    assert root.is_dir()
+    assert not (root / PROFILE_NAME).exists()
+
+
+def test_a_root_that_cannot_be_made_is_refused_with_the_systems_reason(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
     with (
-        pytest.raises(ValueError, match=r"^codex_acp 'bin/codex-acp': not an absolute path"),
-        serve_keyless_profile(SCRIPT, tmp_path, codex_acp="bin/codex-acp"),
+        pytest.raises(SetupRefused, match=r"^root .*: Not a directory; nothing started$"),
+        serve_keyless_profile(SCRIPT, blocker / "root"),
     ):
         pass
-    assert list(tmp_path.iterdir()) == []
+
+
+def test_codex_acp_is_found_on_path_and_bound_by_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The profile is used from any directory, so it names the executable absolutely."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "codex-acp"
+    fake.write_text("#!/bin/sh\n", encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    for given in ("codex-acp", "bin/codex-acp"):
+        root = tmp_path / f"root-{given.replace('/', '-')}"
+        with serve_keyless_profile(SCRIPT, root, codex_acp=given) as served:
+            assert served.codex_acp == str(fake)
+
+
+def test_a_codex_acp_that_is_not_an_executable_is_refused_before_anything_listens(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    with (
+        pytest.raises(
+            SetupRefused, match=r"^codex_acp bin/codex-acp: not an executable; nothing started$"
+        ),
+        serve_keyless_profile(SCRIPT, root, codex_acp="bin/codex-acp"),
+    ):
+        pass
+    assert not root.exists()  # checked before the root is made
 
 
 def test_without_unasked_commands_each_product_keeps_its_keyless_defaults(tmp_path: Path) -> None:
@@ -189,16 +235,21 @@ def test_profile_data_carries_the_removals_and_a_replacement_env_never_reaches_t
 def test_codex_acp_is_bound_on_the_responses_wire_with_a_codex_home_of_its_own(
     tmp_path: Path,
 ) -> None:
-    with serve_keyless_profile(SCRIPT, tmp_path, codex_acp="/opt/codex-acp") as served:
+    fake = tmp_path / "bin" / "codex-acp"  # only looked up: nothing runs it here
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n", encoding="utf-8")
+    fake.chmod(0o755)
+    root = tmp_path / "root"
+    with serve_keyless_profile(SCRIPT, root, codex_acp=str(fake)) as served:
         providers, tools = _rows(_profile(served))
         assert tools[CODEX_ACP_TOOL] == "codex-acp"
         acp = providers["codex-acp"]
         assert acp["type"] == "acp"
-        assert acp["config"]["command"] == "/opt/codex-acp"
+        assert acp["config"]["command"] == str(fake)
         assert acp["config"]["permission"] == "allow"
         assert acp["config"]["env"]["RUST_LOG"] == "warn"
         home = Path(acp["config"]["env"]["CODEX_HOME"])
-        assert home.is_relative_to(tmp_path / "codex-acp")
+        assert home.is_relative_to(root / "codex-acp")
         config = tomllib.loads((home / "config.toml").read_text(encoding="utf-8"))
         assert config["model_providers"]["fixture"]["base_url"] == served.models.responses.base_url
 

@@ -102,7 +102,7 @@ async def test_recover_repository_is_the_explicit_recovery(repo: Path, tmp_path:
 
 
 async def _created(repo: Path) -> tuple[Path, str, str]:
-    repository = await open_repository(str(repo), git_executable())
+    repository = await open_repository(str(repo))  # the git every dsh-worktree command uses
     base = await resolve_base(repository, "HEAD")
     run_id = new_run_id()
     active = await create(repository, Worktree(), base, f"dsh/{run_id}", run_id)

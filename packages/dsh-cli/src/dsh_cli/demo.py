@@ -9,7 +9,8 @@ product gets a temporary ``HOME`` / ``CODEX_HOME`` / ``CLAUDE_CONFIG_DIR`` / ``T
 under one temporary root that is removed at the end.
 
 ``--deepseek``: Claude Code talks to DeepSeek's Anthropic-compatible endpoint with the
-documented model variables and ``DEEPSEEK_API_KEY``; Codex stays on the loopback model
+documented model variables and ``DEEPSEEK_API_KEY``
+(:func:`dsh_subagent_claude_code.deepseek_env`); Codex stays on the loopback model
 (Codex speaks only the Responses wire, DeepSeek offers Chat Completions, and the
 Responses→Chat bridge is test-private by design).
 """
@@ -18,69 +19,22 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, TextIO
 
 import anyio
 from dsh_profiles.errors import UsageError
 from dsh_profiles.loader import Composition, compose
 from dsh_profiles.profile import parse_profile
-from dsh_profiles.runtime import Runtime, delegate, open_runtime
-from dsh_subagent import (
-    COMPLETED,
-    CancelController,
-    CancelSignal,
-    ParentContext,
-    SubagentError,
-    SubagentResult,
-)
+from dsh_profiles.run import RunOutcome, run_task
+from dsh_profiles.signals import watch_signals
+from dsh_subagent import COMPLETED, CancelController
 from dsh_subprocess.testing import ProcessWatch, become_subreaper, reap_adopted_zombies
 
-__all__ = ["DEEPSEEK_ANTHROPIC_BASE_URL", "deepseek_claude_env", "run_demo"]
-
-DEEPSEEK_ANTHROPIC_BASE_URL: Final = "https://api.deepseek.com/anthropic"
-_DEEPSEEK_MAIN_MODEL: Final = "deepseek-v4-pro[1m]"
-_DEEPSEEK_FAST_MODEL: Final = "deepseek-v4-flash"
-
-
-def deepseek_claude_env(
-    api_key: str, base: Path, *, base_url: str = DEEPSEEK_ANTHROPIC_BASE_URL
-) -> dict[str, str | None]:
-    """Claude Code's environment for DeepSeek's Anthropic-compatible API.
-
-    The key travels only in this in-memory overlay (as ``ANTHROPIC_AUTH_TOKEN``); no
-    settings file receives it. ``base`` holds the isolated home directories;
-    ``base_url`` is the official endpoint except in tests of this code path.
-    """
-    dirs = {name: base / name for name in ("home", "claude-config", "tmp", "xdg")}
-    for path in dirs.values():
-        path.mkdir(parents=True, exist_ok=True)
-    xdg = dirs["xdg"]
-    return {
-        "ANTHROPIC_API_KEY": None,
-        "ANTHROPIC_AUTH_TOKEN": api_key,
-        "ANTHROPIC_BASE_URL": base_url,
-        "ANTHROPIC_MODEL": _DEEPSEEK_MAIN_MODEL,
-        "ANTHROPIC_DEFAULT_OPUS_MODEL": _DEEPSEEK_MAIN_MODEL,
-        "ANTHROPIC_DEFAULT_SONNET_MODEL": _DEEPSEEK_MAIN_MODEL,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": _DEEPSEEK_FAST_MODEL,
-        "CLAUDE_CODE_SUBAGENT_MODEL": _DEEPSEEK_FAST_MODEL,
-        "CLAUDE_CODE_EFFORT_LEVEL": "max",
-        "HOME": str(dirs["home"]),
-        "CLAUDE_CONFIG_DIR": str(dirs["claude-config"]),
-        "TMPDIR": str(dirs["tmp"]),
-        "XDG_CONFIG_HOME": str(xdg / "config"),
-        "XDG_CACHE_HOME": str(xdg / "cache"),
-        "XDG_DATA_HOME": str(xdg / "data"),
-        "XDG_STATE_HOME": str(xdg / "state"),
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_AUTOUPDATER": "1",
-    }
+__all__ = ["run_demo"]
 
 
 @dataclass(frozen=True)
@@ -93,54 +47,56 @@ class _Job:
     model: str
 
 
-@dataclass
-class _Outcome:
-    result: SubagentResult | None = None
-    failure: str | None = None
-    seconds: float = 0.0
+async def _run_both(
+    composition: Composition, jobs: list[_Job], cwd: str, err: TextIO
+) -> list[tuple[RunOutcome, float]]:
+    """Both jobs at once, each as ``dsh run`` runs one; Ctrl-C or SIGTERM cancels both.
 
-
-async def _one(
-    runtime: Runtime, job: _Job, parent: ParentContext, cancel: CancelSignal, out: _Outcome
-) -> None:
-    started = time.monotonic()
-    try:
-        out.result = await delegate(
-            runtime, job.provider, job.task, parent=parent, cancel=cancel, label="demo"
-        )
-    except SubagentError as exc:
-        out.failure = str(exc)
-    finally:
-        out.seconds = time.monotonic() - started
-
-
-async def _cancel_on_signal(controller: CancelController, err: TextIO) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            print(f"dsh demo: {signal.Signals(signum).name}: cancelling both runs", file=err)
-            controller.cancel("interrupted")
-
-
-async def _delegate_all(
-    composition: Composition, jobs: list[_Job], parent: ParentContext, err: TextIO
-) -> list[_Outcome]:
-    outcomes = [_Outcome() for _ in jobs]
+    Each outcome comes with its seconds, from the call to the product's whole tree gone.
+    """
     controller = CancelController()
-    async with open_runtime(composition) as runtime, anyio.create_task_group() as outer:
-        outer.start_soon(_cancel_on_signal, controller, err)
-        async with anyio.create_task_group() as tg:
-            for job, outcome in zip(jobs, outcomes, strict=True):
-                tg.start_soon(_one, runtime, job, parent, controller.signal, outcome)
+    settled: dict[int, tuple[RunOutcome, float]] = {}
+
+    async def one(index: int, job: _Job) -> None:
+        started = time.monotonic()
+        outcome = await run_task(
+            composition,
+            target=job.provider,
+            instance=True,
+            task=job.task,
+            cwd=cwd,
+            cancel=controller.signal,
+            session_id="dsh-demo",
+            label="demo",
+        )
+        settled[index] = (outcome, time.monotonic() - started)
+
+    def notify(line: str) -> None:
+        print(f"dsh demo: {line}", file=err)
+
+    async with anyio.create_task_group() as outer:
+        watch = partial(
+            watch_signals,
+            controller,
+            notify,
+            first=lambda name: f"{name}: cancelling both runs",
+            again="still cancelling both runs; waiting for the products to exit",
+        )
+        await outer.start(watch)
+        async with anyio.create_task_group() as group:
+            for index, job in enumerate(jobs):
+                group.start_soon(one, index, job)
         outer.cancel_scope.cancel()
-    return outcomes
+    return [settled[index] for index in range(len(jobs))]
 
 
 def _fixtures() -> Any:
     try:
         from dsh_contract_tests.fixtures import keyless_profile, scripted
+        from dsh_subagent_claude_code import endpoint
     except ImportError as exc:  # pragma: no cover - depends on the installed extra
         raise UsageError("dsh demo needs the demo extra: pip install 'dsh-cli[demo]'") from exc
-    return keyless_profile, scripted
+    return keyless_profile, scripted, endpoint
 
 
 def run_demo(
@@ -148,7 +104,7 @@ def run_demo(
     err: TextIO,
     *,
     deepseek: bool = False,
-    deepseek_base_url: str = DEEPSEEK_ANTHROPIC_BASE_URL,
+    deepseek_base_url: str | None = None,
 ) -> int:
     """Run the Quickstart main job; return the process exit status.
 
@@ -156,12 +112,14 @@ def run_demo(
         out: Where the report goes.
         err: Where signal notices go (products' own stderr is logged; `dsh -v` shows it).
         deepseek: Claude Code talks to DeepSeek (needs ``DEEPSEEK_API_KEY``).
-        deepseek_base_url: The Anthropic-compatible endpoint; only tests change it.
+        deepseek_base_url: The Anthropic-compatible endpoint instead of DeepSeek's
+            official one; only tests give it.
     """
     api_key = os.environ.get("DEEPSEEK_API_KEY", "") if deepseek else ""
     if deepseek and not api_key:
         raise UsageError("dsh demo --deepseek needs DEEPSEEK_API_KEY in the environment")
-    keyless_profile, scripted = _fixtures()
+    keyless_profile, scripted, endpoint = _fixtures()
+    deepseek_base_url = deepseek_base_url or endpoint.DEEPSEEK_ANTHROPIC_BASE_URL
     subreaper = become_subreaper()
     wall = time.monotonic()
     codex_answer = "DSH-DEMO: the real Codex app-server answered through the loopback model."
@@ -181,7 +139,7 @@ def run_demo(
         workspace.mkdir()
         claude_env = None
         if deepseek:
-            claude_env = deepseek_claude_env(api_key, root / "claude", base_url=deepseek_base_url)
+            claude_env = endpoint.deepseek_env(api_key, root / "claude", base_url=deepseek_base_url)
             claude_task = f"Reply with exactly {nonce} and nothing else. Do not use tools."
             claude_expected, claude_model = nonce, f"DeepSeek ({deepseek_base_url})"
         else:
@@ -212,9 +170,8 @@ def run_demo(
         composition = compose(parse_profile(data, source), source=source)
         claude_url = deepseek_base_url if deepseek else msgs.base_url
         _banner(out, deepseek, root, resp.base_url, claude_url)
-        parent = ParentContext(session_id="dsh-demo", cwd=str(workspace))
         with ProcessWatch() as watch:
-            outcomes = anyio.run(_delegate_all, composition, jobs, parent, err)
+            outcomes = anyio.run(_run_both, composition, jobs, str(workspace), err)
         survivors = watch.alive()
         reap_adopted_zombies()  # every delegation has settled: nothing is waited for
         ok = _report(out, jobs, outcomes, resp, msgs, deepseek)
@@ -253,16 +210,26 @@ def _banner(out: TextIO, deepseek: bool, root: Path, codex_url: str, claude_url:
 
 
 def _report(
-    out: TextIO, jobs: list[_Job], outcomes: list[_Outcome], resp: Any, msgs: Any, deepseek: bool
+    out: TextIO,
+    jobs: list[_Job],
+    outcomes: list[tuple[RunOutcome, float]],
+    resp: Any,
+    msgs: Any,
+    deepseek: bool,
 ) -> bool:
     ok = True
     counts = {"codex": len(resp.requests), "claude-code": len(msgs.message_requests())}
-    for job, outcome in zip(jobs, outcomes, strict=True):
+    for job, (outcome, seconds) in zip(jobs, outcomes, strict=True):
         print(f"[{job.provider}] {job.product} via tool {job.tool}", file=out)
         print(f"  task:        {job.task}", file=out)
         print(f"  model:       {job.model}", file=out)
         if outcome.result is None:
-            print(f"  FAILED TO START: {outcome.failure}", file=out)
+            failure = outcome.failure
+            why = "cancelled before the product started" if failure is None else failure.message
+            stage = (
+                "FAILED" if failure is not None and failure.stage == "failed" else "FAILED TO START"
+            )
+            print(f"  {stage}: {why}", file=out)
             ok = False
             continue
         result = outcome.result
@@ -273,7 +240,7 @@ def _report(
             print(f"  diagnostic:  {result.diagnostic}", file=out)
         if not (deepseek and job.provider == "claude-code"):
             print(f"  loopback model requests: {counts[job.provider]}", file=out)
-        print(f"  took {outcome.seconds:.1f}s (including whole-tree teardown)", file=out)
+        print(f"  took {seconds:.1f}s (including whole-tree teardown)", file=out)
         ok = ok and result.stop_reason == COMPLETED and answer == job.expected
     print("", file=out)
     return ok

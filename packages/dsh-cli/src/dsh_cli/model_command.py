@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import threading
 from contextlib import suppress
 from functools import partial
@@ -119,29 +118,9 @@ def _describe(script: ModelScript, source: str, out: TextIO) -> None:
         print(f"  rule {index}: {which}: {kinds}", file=out)
 
 
-def _directory(requested: str | None) -> Path | None:
-    """The ``--dir`` made ready (new or empty); ``None`` for a temporary one."""
-    if requested is None:
-        return None
-    root = Path(requested).absolute()
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise UsageError(f"--dir {requested}: not a new or empty directory; nothing started")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--dir {requested}: {exc.strerror or exc}; nothing started") from None
-    return root
-
-
 def _serve(script: ModelScript, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from dsh_contract_tests.fixtures import keyless_profile  # present: the script loaded
 
-    if args.codex_acp is not None:
-        found = shutil.which(args.codex_acp)
-        if found is None:
-            raise UsageError(f"--codex-acp {args.codex_acp}: not an executable; nothing started")
-        args.codex_acp = str(Path(found).absolute())  # the profile is used from anywhere
-    root = _directory(args.dir)
     lock = threading.Lock()
 
     def served(event: Served) -> None:
@@ -176,17 +155,23 @@ def _serve(script: ModelScript, args: argparse.Namespace, out: TextIO, err: Text
     # Until SIGINT or SIGTERM (taken before anything listens); the kit then removes the
     # profile, and a temporary root with it.
     serving = keyless_profile.serve_keyless_profile_until_stopped
-    anyio.run(
-        partial(
-            serving,
-            script,
-            root,
-            ready=ready,
-            released=released,
-            codex_acp=args.codex_acp,
-            on_served=served,
-            temp_prefix="dsh-model-",
+    try:
+        anyio.run(
+            partial(
+                serving,
+                script,
+                None if args.dir is None else Path(args.dir),
+                ready=ready,
+                released=released,
+                codex_acp=args.codex_acp,
+                on_served=served,
+                temp_prefix="dsh-model-",
+            )
         )
-    )
+    except keyless_profile.SetupRefused as exc:  # the kit's rule, in the flags' words
+        flag, given = (
+            ("--dir", args.dir) if exc.argument == "root" else ("--codex-acp", args.codex_acp)
+        )
+        raise UsageError(f"{flag} {given}: {exc.reason}; nothing started") from None
     print("dsh model: stopped", file=out)
     return 0

@@ -24,7 +24,6 @@ from dsh_worktree import (
     prune,
     recover,
 )
-from dsh_worktree._git import git_executable
 
 __all__ = ["add_worktrees_parser", "cmd_worktrees"]
 
@@ -60,7 +59,7 @@ def _line(item: Recovered) -> str:
 
 async def _main(action: str, path: str, out: TextIO) -> int:
     try:
-        repo = await open_repository(path, git_executable())
+        repo = await open_repository(path)
     except WorktreeError as exc:
         raise UsageError(exc.message) from None
     if action == "list":

@@ -11,17 +11,29 @@ import logging
 
 from dsh_subagent_acp.agents import AgentProfile, KeylessWiring, agent_profile, known_agents
 from dsh_subagent_acp.config import AcpConfig, PermissionPolicy
+from dsh_subagent_acp.installed import (
+    AGENTS_DIR_VARIABLE,
+    InstalledAgent,
+    default_prefixes,
+    installed_agents,
+    installer_dir,
+)
 from dsh_subagent_acp.provider import AcpProvider
 
 # Records reach the host's own handlers only, never Python's last-resort stderr output.
 logging.getLogger("dsh_subagent_acp").addHandler(logging.NullHandler())
 
 __all__ = [
+    "AGENTS_DIR_VARIABLE",
     "AcpConfig",
     "AcpProvider",
     "AgentProfile",
+    "InstalledAgent",
     "KeylessWiring",
     "PermissionPolicy",
     "agent_profile",
+    "default_prefixes",
+    "installed_agents",
+    "installer_dir",
     "known_agents",
 ]

@@ -8,6 +8,13 @@ SDK's official ``query()`` over a transport whose process belongs to the provide
 import logging
 
 from dsh_subagent_claude_code.config import ClaudeCodeConfig
+from dsh_subagent_claude_code.endpoint import (
+    DEEPSEEK_ANTHROPIC_BASE_URL,
+    DEEPSEEK_FAST_MODEL,
+    DEEPSEEK_MAIN_MODEL,
+    anthropic_endpoint_env,
+    deepseek_env,
+)
 from dsh_subagent_claude_code.product import PINNED_CLI_VERSION, PINNED_SDK_VERSION
 from dsh_subagent_claude_code.provider import ClaudeCodeProvider
 
@@ -15,8 +22,13 @@ from dsh_subagent_claude_code.provider import ClaudeCodeProvider
 logging.getLogger("dsh_subagent_claude_code").addHandler(logging.NullHandler())
 
 __all__ = [
+    "DEEPSEEK_ANTHROPIC_BASE_URL",
+    "DEEPSEEK_FAST_MODEL",
+    "DEEPSEEK_MAIN_MODEL",
     "PINNED_CLI_VERSION",
     "PINNED_SDK_VERSION",
     "ClaudeCodeConfig",
     "ClaudeCodeProvider",
+    "anthropic_endpoint_env",
+    "deepseek_env",
 ]

@@ -24,7 +24,7 @@ from typing import Final
 import anyio
 from dsh_subprocess import probe_cwd
 
-from dsh_worktree._git import GitResult, git
+from dsh_worktree._git import GitResult, git, git_executable
 from dsh_worktree.errors import WorktreeError
 
 __all__ = [
@@ -69,8 +69,9 @@ def _shown(path: str) -> str:
     return path if path.isprintable() else repr(path)
 
 
-async def open_repository(cwd: str, executable: str) -> Repository:
-    """The repository ``cwd`` is inside.
+async def open_repository(cwd: str, executable: str | None = None) -> Repository:
+    """The repository ``cwd`` is inside, worked on with ``executable`` (default: the
+    ``git`` found as every dsh-worktree command finds it).
 
     Raises:
         WorktreeError: ``cwd`` is not an accessible directory, not inside a git
@@ -78,6 +79,7 @@ async def open_repository(cwd: str, executable: str) -> Repository:
     """
     if probe_cwd(cwd) is not None:
         raise WorktreeError(f"the cwd is not an accessible directory: {_shown(cwd)}")
+    executable = executable or git_executable()
     result = await git(
         cwd,
         "rev-parse",
