@@ -1,11 +1,8 @@
 """``dsh run --cwd`` that is not an accessible directory, from outside: the real ``dsh``.
 
-``dsh batch --cwd`` and ``dsh run --worktree --cwd`` refuse it as a usage error (exit 2,
-one line naming ``--cwd``, nothing started); plain ``dsh run`` (foreground and
-``--background``) still goes on to the start and fails there with exit 1 and a line that
-names neither the flag nor the path (``--background`` even announces a started job
-first). The fix belongs to dsh-cli's ``run_command.cmd_run``: check the flag as
-``dsh_batch.checks.check_base(args.cwd)`` does, before the profile is loaded.
+``dsh batch --cwd``, ``dsh run --worktree --cwd`` and plain ``dsh run`` (foreground and
+``--background``) refuse it as a usage error: exit 2, one line naming ``--cwd``, nothing
+started (``--background`` announces no job).
 """
 
 from __future__ import annotations
@@ -48,11 +45,6 @@ def test_dsh_batch_refuses_a_missing_cwd_naming_the_flag(tmp_path: Path) -> None
     assert alive == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dsh-cli run_command.cmd_run does not check --cwd (exit 1 at the start, the "
-    "flag and path unnamed); fix: cwd = check_base(args.cwd) before load_profile",
-)
 @pytest.mark.parametrize("mode", [[], ["--background"]], ids=["foreground", "background"])
 def test_dsh_run_refuses_a_missing_cwd_naming_the_flag(tmp_path: Path, mode: list[str]) -> None:
     missing = str(tmp_path / "missing")

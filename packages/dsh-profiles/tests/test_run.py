@@ -157,6 +157,7 @@ async def test_a_foreground_run_reports_its_events_in_order_and_its_outcome() ->
     [
         ({"task": "  \n"}, "the task is blank"),
         ({"target": "nope"}, "unknown tool or instance 'nope'"),
+        ({"cwd": "/nonexistent/dsh"}, "cwd '/nonexistent/dsh' is not an accessible directory"),
         ({"output_schema": {"type": "array"}}, "output_schema: "),
         ({"background": True, "budget": Budget(deadline_seconds=5)}, "foreground runs only"),
         ({"target": "worker", "background": True}, "--background needs a tool"),

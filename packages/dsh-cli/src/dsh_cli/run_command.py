@@ -30,9 +30,10 @@ import logging
 import os
 import sys
 from contextlib import ExitStack
-from typing import TextIO
+from typing import Final, TextIO
 
 import anyio
+from dsh_batch.checks import check_base
 from dsh_profiles.confinement import add_confinement_flag
 from dsh_profiles.discovery import ProviderDiscovery
 from dsh_profiles.errors import UsageError
@@ -137,17 +138,28 @@ def _status(result: SubagentResult, provider: str, err: TextIO) -> None:
         print(f"Diagnostic: {result.diagnostic}", file=err)
 
 
-def _read_stdin_text() -> str:
-    """All of stdin as text; an undecodable byte becomes a lone surrogate, never an error.
+MAX_STDIN_TASK_BYTES: Final = 64 << 20
+"""A task read from stdin is refused past this (``yes | dsh run P T -`` never ends):
+far above what any product accepts (Codex: 1 Mi characters), so only a runaway pipe
+meets it."""
+
+
+def _read_stdin_text(limit: int = MAX_STDIN_TASK_BYTES) -> str:
+    """Stdin as text, at most ``limit`` bytes; an undecodable byte becomes a lone
+    surrogate, never an error.
 
     The task check then refuses it with one line (exit 2) whatever the locale's stdin
     error handler is.
+
+    Raises:
+        UsageError: stdin holds more than ``limit`` bytes (nothing was started).
     """
     buffer = getattr(sys.stdin, "buffer", None)
-    if buffer is None:  # a text-only stream (a test's StringIO)
-        return sys.stdin.read()
-    data: bytes = buffer.read()
-    return data.decode("utf-8", "surrogateescape")
+    # A text-only stream (a test's StringIO) is bounded in characters instead.
+    data = sys.stdin.read(limit + 1) if buffer is None else buffer.read(limit + 1)
+    if len(data) > limit:
+        raise UsageError(f"the task on stdin is longer than {limit} bytes; nothing was started")
+    return data if isinstance(data, str) else data.decode("utf-8", "surrogateescape")
 
 
 def _is_terminal(err: TextIO) -> bool:
@@ -177,6 +189,7 @@ def cmd_run(
     task = _read_stdin_text() if args.task == "-" else args.task
     validate_task(task)
     validate_utf8("--cwd", args.cwd)
+    check_base(args.cwd)  # named as the flag before anything loads (--background announces)
     with SpawnCounter(forbid=True):
         composition = load_profile(args.profile, discovery=discovery, confinement=args.confinement)
     provider = resolve_target(composition, args.target, args.instance)

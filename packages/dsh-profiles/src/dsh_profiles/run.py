@@ -244,6 +244,11 @@ class _Plan:
     request: SubagentStartRequest
 
 
+def _enterable(path: str) -> bool:
+    """``path`` is a directory this process may enter (what a product's cwd must be)."""
+    return os.path.isdir(path) and os.access(path, os.X_OK)
+
+
 async def _plan(
     composition: Composition,
     *,
@@ -283,6 +288,8 @@ async def _plan(
             composition = isolate(composition, provider, worktree)
         except WorktreeError as exc:
             raise UsageError(exc.message) from None
+    if not await anyio.to_thread.run_sync(_enterable, cwd):
+        raise UsageError(f"cwd {cwd!r} is not an accessible directory")
     cwd = os.path.abspath(cwd)  # noqa: ASYNC240 - reads only the process's cwd, no I/O wait
     await preflight_isolation(composition, provider, [cwd])
     isolated = composition.provider(provider).worktree is not None
