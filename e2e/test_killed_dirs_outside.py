@@ -3,12 +3,10 @@ temporary directory, from outside: the real ``dsh``.
 
 Each makes a private directory there (``dsh-demo-*``, ``dsh-model-*``: the products'
 homes, sessions and fake keys) and removes it when it ends; killed outright it cannot,
-and nothing removes it later. A confined run's scratch (``dsh-run-*``) and the local Ray
-cluster's directory are marked with their host and collected by the next start
-(``dsh_subprocess.make_owned_dir`` / ``collect_orphaned_dirs``); these two are not yet.
-The fix belongs to dsh-cli's ``demo.py`` and ``model_command.py`` (being reshaped
-elsewhere): make the directory with ``make_owned_dir(prefix, tempfile.gettempdir())``
-after ``collect_orphaned_dirs(prefix, tempfile.gettempdir())``.
+so the directory is marked with its host (``dsh_subprocess.make_owned_dir``, through the
+kit's ``serve_keyless_profile``) and the next demo or server removes it, as the next
+start removes a confined run's scratch (``dsh-run-*``) and a local Ray cluster's
+directory.
 """
 
 from __future__ import annotations
@@ -55,11 +53,6 @@ def _killed_while_its_directory_exists(
     return left
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dsh-cli model_command.py makes dsh-model-* with mkdtemp: a SIGKILLed server's "
-    "directory is never collected",
-)
 def test_a_killed_model_servers_directory_is_collected_by_the_next_server(
     tmp_path: Path,
 ) -> None:
@@ -91,11 +84,6 @@ def test_a_killed_model_servers_directory_is_collected_by_the_next_server(
 
 
 @pytest.mark.keyless
-@pytest.mark.xfail(
-    strict=True,
-    reason="dsh-cli demo.py makes dsh-demo-* with mkdtemp: a SIGKILLed demo's directory "
-    "is never collected",
-)
 def test_a_killed_demos_directory_is_collected_by_the_next_demo(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
