@@ -177,6 +177,18 @@ async def test_bad_input_is_one_usage_error_and_starts_nothing(
     assert Entry.made[0].start_count == 0
 
 
+async def test_a_task_past_the_products_input_limit_is_a_usage_error_before_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Entry, "max_task_chars", 5, raising=False)
+    composition = _composition()
+    with pytest.raises(UsageError, match=r"^the task is 6 characters; worker accepts at most 5 "):
+        await run_task(composition, target="subagent_worker", task="Do it!")
+    assert Entry.made[0].start_count == 0
+    outcome = await run_task(composition, target="subagent_worker", task="Do it")  # the limit
+    assert outcome.exit_code == 0
+
+
 async def test_auto_confinement_without_landlock_is_a_notice_and_required_a_refusal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -244,6 +244,17 @@ class _Plan:
     request: SubagentStartRequest
 
 
+def _check_length(task: str, instance: str, composition: Composition) -> None:
+    """A task past the product's input limit is the caller's to shorten: refused before
+    the start (the product's own check at start remains for a caller of the service)."""
+    limit = getattr(composition.provider(instance).provider, "max_task_chars", None)
+    if isinstance(limit, int) and len(task) > limit:
+        raise UsageError(
+            f"the task is {len(task):,} characters; {instance} accepts at most {limit:,} "
+            "(its product's input limit): shorten it or pass the content as a file"
+        )
+
+
 def _enterable(path: str) -> bool:
     """``path`` is a directory this process may enter (what a product's cwd must be)."""
     return os.path.isdir(path) and os.access(path, os.X_OK)
@@ -274,6 +285,7 @@ async def _plan(
     if output_schema is not None:
         output_schema = check_schema(output_schema, "output_schema")
     provider = resolve_target(composition, target, instance)
+    _check_length(task, provider, composition)
     if output_schema is None:  # a typed tool row's own schema
         output_schema = typed_row_schema(composition, target, instance)
     modes = confinement_modes([composition.provider(provider).provider])
