@@ -109,10 +109,12 @@ def test_opencode_ports_come_from_its_config_file_too(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     reach = agent_reach(
-        (str(tmp_path / "opencode"), "acp"),
+        (str(tmp_path / "install" / "opencode"), "acp"),
         {"OPENCODE_CONFIG": str(config), "OPENCODE_CONFIG_CONTENT": "not json"},
     )
     assert reach.connect_ports == (80, 8443)
+    assert str(config) in reach.read  # the file itself, nothing beside it
+    assert str(tmp_path) not in reach.read
 
 
 @pytest.mark.parametrize(

@@ -131,7 +131,8 @@ def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductRe
     runtime a script's ``#!`` line names, its home when it is a known agent, and the ports
     of ``*_BASE_URL`` variables and of a Codex home's ``config.toml`` (443 when none is
     named), and for OpenCode the ``baseURL``s of its configuration
-    (:func:`opencode_endpoint_ports`); pseudo-terminals for a known agent that runs
+    (:func:`opencode_endpoint_ports`) and the file ``OPENCODE_CONFIG`` names (read);
+    pseudo-terminals for a known agent that runs
     commands on one."""
     base = default_reach(argv, env)
     child = child_env(env)
@@ -160,6 +161,9 @@ def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductRe
         ports |= toml_endpoint_ports(os.path.join(codex_home, "config.toml")) or set()
     if "opencode" in command:
         ports |= opencode_endpoint_ports(child)
+        named = child.get("OPENCODE_CONFIG")
+        if named and os.path.isabs(named):
+            read.append(named)  # the configuration file the user names, read only
     return ProductReach(
         read=tuple(read),
         write=tuple(write),
