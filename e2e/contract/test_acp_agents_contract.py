@@ -85,30 +85,6 @@ class _AgentContract(ProviderContract):
         return {"command": command, "args": list(args), "env": {**profile.env, **setup.env}}
 
 
-_OPENCODE_REACH = (
-    "OpenCode starts confined (dsh hands it its serve port) and passes the other rules, "
-    "but its prompt with the scripted bash call ends in an error response before the "
-    "command's output comes back; not yet diagnosed (docs/security.md, ACP agents)"
-)
-
-
-class _ReachNotYetContract(_AgentContract):
-    """An agent whose reach attempts do not run yet: the reach rules are opted out of,
-    visibly (strict: a pass would be reported)."""
-
-    @pytest.mark.xfail(strict=True, reason=_OPENCODE_REACH)
-    async def test_read_beyond_its_reach_is_refused(self, contract: ContractHarness) -> None:
-        await super().test_read_beyond_its_reach_is_refused(contract)
-
-    @pytest.mark.xfail(strict=True, reason=_OPENCODE_REACH)
-    async def test_write_beyond_its_reach_is_refused(self, contract: ContractHarness) -> None:
-        await super().test_write_beyond_its_reach_is_refused(contract)
-
-    @pytest.mark.xfail(strict=True, reason=_OPENCODE_REACH)
-    async def test_reach_beyond_its_ports_is_refused(self, contract: ContractHarness) -> None:
-        await super().test_reach_beyond_its_ports_is_refused(contract)
-
-
 class TestClaudeAgentAcpContract(_AgentContract):
     agent = "claude-agent-acp"
 
@@ -121,7 +97,7 @@ class TestQwenCodeContract(_AgentContract):
     agent = "qwen-code"
 
 
-class TestOpenCodeContract(_ReachNotYetContract):
+class TestOpenCodeContract(_AgentContract):
     agent = "opencode"
 
 

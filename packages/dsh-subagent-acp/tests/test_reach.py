@@ -78,3 +78,59 @@ def test_the_opencode_profile_serves_on_a_port_dsh_picks() -> None:
 
     assert agent_profile("opencode").serve_port_arg == "--port"
     assert agent_profile("codex-acp").serve_port_arg is None
+
+
+def test_opencode_may_connect_to_the_endpoint_its_inline_config_names(tmp_path: Path) -> None:
+    # OpenCode names a custom provider's endpoint in its JSON config, not in a
+    # `*_BASE_URL` variable: without this port every confined prompt ended "Cannot
+    # connect to API" before a single model request.
+    from dsh_subagent import effective_policy
+    from dsh_subagent_acp import AcpProvider, agent_profile
+
+    profile = agent_profile("opencode")
+    binary = tmp_path / "install" / profile.entry
+    binary.parent.mkdir(parents=True)
+    binary.write_bytes(b"\x7fELF")
+    keyless = profile.keyless_env("http://127.0.0.1:48213/v1", "sk-test")
+    config = profile.config(binary, env={"HOME": str(tmp_path / "home"), **keyless})
+    found = effective_policy(AcpProvider(config), str(tmp_path))
+    assert found is not None
+    policy = found[1]
+    assert policy is not None
+    (served,) = policy.bind_ports
+    assert set(policy.connect_ports) == {48213, served}  # the endpoint replaces 443
+
+
+def test_opencode_ports_come_from_its_config_file_too(tmp_path: Path) -> None:
+    config = tmp_path / "opencode.json"
+    config.write_text(
+        '{"provider": {"a": {"options": {"baseURL": "https://models.example:8443/v1"}},'
+        ' "b": {"options": {"baseURL": "http://127.0.0.1/v1"}}}}',
+        encoding="utf-8",
+    )
+    reach = agent_reach(
+        (str(tmp_path / "install" / "opencode"), "acp"),
+        {"OPENCODE_CONFIG": str(config), "OPENCODE_CONFIG_CONTENT": "not json"},
+    )
+    assert reach.connect_ports == (80, 8443)
+    assert str(config) in reach.read  # the file itself, nothing beside it
+    assert str(tmp_path) not in reach.read
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"OPENCODE_CONFIG_CONTENT": '{"model": "anthropic/claude"}'},
+        {"OPENCODE_CONFIG": "/nonexistent/opencode.json"},
+    ],
+)
+def test_opencode_without_an_endpoint_reaches_https(env: dict[str, str | None]) -> None:
+    assert agent_reach(("/opt/opencode", "acp"), env).connect_ports == (443,)
+
+
+def test_only_opencode_reads_opencode_config() -> None:
+    env: dict[str, str | None] = {
+        "OPENCODE_CONFIG_CONTENT": '{"provider": {"a": {"options": {"baseURL": "http://h:9/"}}}}'
+    }
+    assert agent_reach(("/opt/other-agent",), env).connect_ports == (443,)

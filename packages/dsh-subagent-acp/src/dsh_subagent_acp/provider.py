@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio  # noqa: TID251 - only to detect the backend the acp library requires
 import dataclasses
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import ClassVar
 
 from dsh_subagent import (
@@ -22,6 +23,7 @@ from dsh_subagent import (
 )
 
 from dsh_subagent_acp.config import AcpConfig
+from dsh_subagent_acp.first_start import FirstStartAlone
 from dsh_subagent_acp.reach import agent_reach, free_loopback_port, served_port
 from dsh_subagent_acp.session import AcpSession
 from dsh_subagent_acp.transport import MAX_FRAME_BYTES
@@ -52,6 +54,10 @@ class AcpProvider(ProductProvider[AcpConfig]):
     max_line_bytes: ClassVar[int] = MAX_FRAME_BYTES
     # Not JSON fails the run (``malformed-frame``): the library would skip it silently.
     malformed_lines: ClassVar[MalformedLinePolicy] = "fail"
+
+    def __init__(self, config: AcpConfig) -> None:
+        super().__init__(config)
+        self._first_start = FirstStartAlone()
 
     @property
     def offers_continuation(self) -> bool:
@@ -96,11 +102,17 @@ class AcpProvider(ProductProvider[AcpConfig]):
         port = served_port(launch.argv, self.config.serve_port_arg)
         return reach if port is None else dataclasses.replace(reach, bind_ports=(port,))
 
+    def admission(self, cwd: str) -> AbstractAsyncContextManager[None]:
+        """The instance's first start runs alone, until one opened (first_start.py)."""
+        del cwd
+        return self._first_start.passage()
+
     async def open(self, child: ProductChild) -> None:
         """``initialize`` (stage ``initialize``), then ``session/new`` (``session-new``) or,
         for a follow-up, ``session/load`` (``session-load``)."""
         session = child.state = AcpSession(child, self.config)
         await session.open(child.cwd)
+        self._first_start.open_succeeded()
 
     async def run(self, child: ProductChild) -> SubagentResult:
         """The one ``session/prompt``, its ``stopReason`` mapped to the result."""

@@ -3,11 +3,18 @@ and the model endpoints its configuration names (see docs/security.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from dsh_subagent import ProductReach, default_reach, program_install, toml_endpoint_ports
+from dsh_subagent import (
+    ProductReach,
+    default_reach,
+    endpoint_port,
+    program_install,
+    toml_endpoint_ports,
+)
 from dsh_subprocess import child_env
 
 __all__ = [
@@ -16,6 +23,7 @@ __all__ = [
     "PTY_AGENTS",
     "agent_reach",
     "free_loopback_port",
+    "opencode_endpoint_ports",
     "served_port",
 ]
 
@@ -38,6 +46,9 @@ run commands on a pseudo-terminal (Gemini CLI and Qwen Code: node-pty, whose she
 otherwise fails ``forkpty(3) failed``)."""
 
 _RUNTIMES = ("node", "bun", "deno", "python3", "python")
+
+# OpenCode names a provider's endpoint `provider.<id>.options.baseURL` in its JSON config.
+_OPENCODE_URL_KEY = "baseURL"
 
 
 def _interpreter(program: str) -> str | None:
@@ -72,12 +83,57 @@ def _script_package(script: str) -> str:
     return "/".join(parts[last + 1 :])
 
 
+def _base_url_values(node: object) -> Iterable[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == _OPENCODE_URL_KEY and isinstance(value, str):
+                yield value
+            else:
+                yield from _base_url_values(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _base_url_values(item)
+
+
+def _json_endpoint_ports(text: str) -> set[int]:
+    """Ports of every ``baseURL`` in a JSON document (none when it is not JSON)."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return set()
+    return {port for url in _base_url_values(document) if (port := endpoint_port(url)) is not None}
+
+
+def opencode_endpoint_ports(env: Mapping[str, str | None]) -> set[int]:
+    """Ports of the ``baseURL``s in OpenCode's configuration given by the environment:
+    the inline ``OPENCODE_CONFIG_CONTENT`` and the file ``OPENCODE_CONFIG`` names.
+
+    A confined OpenCode reaches only these (or 443): without its custom provider's port
+    every prompt ends ``Cannot connect to API`` before any model request is sent.
+    """
+    ports: set[int] = set()
+    inline = env.get("OPENCODE_CONFIG_CONTENT")
+    if inline:
+        ports |= _json_endpoint_ports(inline)
+    path = env.get("OPENCODE_CONFIG")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                ports |= _json_endpoint_ports(handle.read(1 << 20))
+        except (OSError, UnicodeDecodeError):
+            pass  # unreadable: the agent cannot read it either
+    return ports
+
+
 def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductReach:
     """The agent's installation (its command's directory and package, resolved through
     symlinks; also the script's when the command is a runtime: ``node <entry.js>``), the
     runtime a script's ``#!`` line names, its home when it is a known agent, and the ports
     of ``*_BASE_URL`` variables and of a Codex home's ``config.toml`` (443 when none is
-    named); pseudo-terminals for a known agent that runs commands on one."""
+    named), and for OpenCode the ``baseURL``s of its configuration
+    (:func:`opencode_endpoint_ports`) and the file ``OPENCODE_CONFIG`` names (read);
+    pseudo-terminals for a known agent that runs
+    commands on one."""
     base = default_reach(argv, env)
     child = child_env(env)
     search = child.get("PATH")
@@ -103,6 +159,11 @@ def agent_reach(argv: Sequence[str], env: Mapping[str, str | None]) -> ProductRe
     codex_home = child.get("CODEX_HOME")
     if codex_home:
         ports |= toml_endpoint_ports(os.path.join(codex_home, "config.toml")) or set()
+    if "opencode" in command:
+        ports |= opencode_endpoint_ports(child)
+        named = child.get("OPENCODE_CONFIG")
+        if named and os.path.isabs(named):
+            read.append(named)  # the configuration file the user names, read only
     return ProductReach(
         read=tuple(read),
         write=tuple(write),
