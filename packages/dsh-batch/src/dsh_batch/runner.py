@@ -24,8 +24,8 @@ import anyio
 from dsh_profiles.errors import UsageError
 from dsh_profiles.isolation import check_branch_count, check_isolation
 from dsh_profiles.loader import Composition
-from dsh_profiles.signals import watch_signals
-from dsh_subagent import Budget, CancelController, CancelSignal
+from dsh_profiles.signals import cancellation
+from dsh_subagent import Budget, CancelSignal
 from dsh_worktree import Worktree
 
 from dsh_batch.checks import check_task_cwds
@@ -277,13 +277,6 @@ async def _run_here(
     handle_signals: bool,
 ) -> Summary:
     """The local runner, cancelled by ``cancel`` and, when asked, by SIGINT and SIGTERM."""
-    controller = CancelController()
-    remove = None
-    if cancel is not None:
-        if cancel.aborted:
-            controller.cancel(cancel.reason or "aborted")
-        else:
-            remove = cancel.add_listener(controller.cancel)
     counts = BatchCounts(len(plan.tasks), observer)
 
     def notify(text: str) -> None:
@@ -292,31 +285,16 @@ async def _run_here(
     def emit(event: BatchEvent) -> None:
         counts.emit(event)
 
-    try:
-        if not handle_signals:
-            return await run_local(
-                setup.composition, plan, base, setup.files, sink, controller.signal, emit
-            )
-        async with anyio.create_task_group() as group:
-            await group.start(
-                functools.partial(
-                    watch_signals,
-                    controller,
-                    notify,
-                    first=lambda name: (
-                        f"{name}: cancelling {counts.running} running task(s); "
-                        "waiting for every product to exit"
-                    ),
-                    again="still cancelling; waiting for every product to exit",
-                )
-            )
-            try:
-                summary = await run_local(
-                    setup.composition, plan, base, setup.files, sink, controller.signal, emit
-                )
-            finally:
-                group.cancel_scope.cancel()
-        return summary
-    finally:
-        if remove is not None:
-            remove()
+    async with cancellation(
+        cancel,
+        handle_signals=handle_signals,
+        notify=notify,
+        first=lambda name: (
+            f"{name}: cancelling {counts.running} running task(s); "
+            "waiting for every product to exit"
+        ),
+        again="still cancelling; waiting for every product to exit",
+    ) as controller:
+        return await run_local(
+            setup.composition, plan, base, setup.files, sink, controller.signal, emit
+        )

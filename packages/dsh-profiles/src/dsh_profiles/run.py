@@ -61,7 +61,7 @@ from dsh_profiles.loader import Composition
 from dsh_profiles.options import resolve_target, typed_row_schema
 from dsh_profiles.output_schema import check_schema
 from dsh_profiles.runtime import Runtime, open_runtime, validate_task, validate_utf8
-from dsh_profiles.signals import watch_signals
+from dsh_profiles.signals import cancellation
 
 __all__ = [
     "EXIT_CODES",
@@ -399,41 +399,18 @@ async def run_task(
         label=label,
         notify=notify,
     )
-    controller = CancelController()
-    remove = None
-    if cancel is not None:
-        if cancel.aborted:
-            controller.cancel(cancel.reason or "aborted")
-        else:
-            remove = cancel.add_listener(controller.cancel)
-    try:
+    async with cancellation(
+        cancel,
+        handle_signals=handle_signals,
+        notify=notify,
+        first=lambda name: f"{name}: cancelling the run",
+        again="still cancelling; waiting for the product to exit",
+    ) as controller:
         if plan.tool is not None:
             body = functools.partial(_background, plan, plan.tool, controller, notify)
         else:
             body = functools.partial(_foreground, plan, controller, emit)
-        if not handle_signals:
-            return await _outcome(body, plan)
-        async with anyio.create_task_group() as group:
-            # Open before the body runs: a signal right after the product started (before
-            # the body first yields) must cancel the run like any other. It stays open
-            # while the runtime is left, so a signal during teardown never interrupts it.
-            await group.start(
-                functools.partial(
-                    watch_signals,
-                    controller,
-                    notify,
-                    first=lambda name: f"{name}: cancelling the run",
-                    again="still cancelling; waiting for the product to exit",
-                )
-            )
-            try:
-                outcome = await _outcome(body, plan)
-            finally:
-                group.cancel_scope.cancel()
-        return outcome
-    finally:
-        if remove is not None:
-            remove()
+        return await _outcome(body, plan)
 
 
 async def _outcome(body: Callable[[], Awaitable[RunOutcome]], plan: _Plan) -> RunOutcome:

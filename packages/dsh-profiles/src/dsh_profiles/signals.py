@@ -9,14 +9,57 @@ are back when the call returns. Without it a host cancels through its own
 
 from __future__ import annotations
 
+import functools
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import anyio
 import anyio.abc
-from dsh_subagent import CancelController
+from dsh_subagent import CancelController, CancelSignal
 
-__all__ = ["watch_signals"]
+__all__ = ["cancellation", "watch_signals"]
+
+
+@asynccontextmanager
+async def cancellation(
+    cancel: CancelSignal | None,
+    *,
+    handle_signals: bool,
+    notify: Callable[[str], None],
+    first: Callable[[str], str],
+    again: str,
+) -> AsyncIterator[CancelController]:
+    """A controller of the call's own for the block: the caller's ``cancel`` cancels it
+    and, with ``handle_signals``, so do SIGINT and SIGTERM (see :func:`watch_signals`,
+    whose arguments ``notify``, ``first`` and ``again`` are). The caller's signal is
+    not touched, and its listener goes with the block.
+
+    The watcher is open before the block runs (a signal right after a product started
+    must cancel it like any other) and stays open until the block has ended, so a signal
+    during teardown never interrupts it.
+    """
+    controller = CancelController()
+    remove = None
+    if cancel is not None:
+        if cancel.aborted:
+            controller.cancel(cancel.reason or "aborted")
+        else:
+            remove = cancel.add_listener(controller.cancel)
+    try:
+        if not handle_signals:
+            yield controller
+            return
+        async with anyio.create_task_group() as group:
+            watch = functools.partial(watch_signals, controller, notify, first=first, again=again)
+            await group.start(watch)
+            try:
+                yield controller
+            finally:
+                group.cancel_scope.cancel()
+    finally:
+        if remove is not None:
+            remove()
 
 
 async def watch_signals(
