@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
@@ -20,10 +19,8 @@ from typing import ClassVar
 import anyio
 import pytest
 from dsh_cli import cli as cli_module
-from dsh_cli import run_command
 from dsh_cli.cli import main
 from dsh_profiles import StaticDiscovery, load_profile, open_runtime
-from dsh_profiles.errors import UsageError
 from dsh_profiles.profile import read_profile
 from dsh_subagent import (
     Budget,
@@ -589,35 +586,3 @@ def test_the_documented_command_entry_point_is_dsh_mcps_own() -> None:
     with (root / "packages" / "dsh-mcp" / "pyproject.toml").open("rb") as handle:
         project = tomllib.load(handle)["project"]
     assert shown == {cli_module.COMMAND_GROUP: project["entry-points"][cli_module.COMMAND_GROUP]}
-
-
-class _Bytes:
-    """A stdin whose ``buffer`` yields ``size`` bytes of ``y\\n`` (``yes | dsh run ... -``)."""
-
-    def __init__(self, size: int) -> None:
-        self.buffer = io.BytesIO(b"y\n" * (size // 2))
-
-
-def test_a_task_on_stdin_past_the_bound_is_refused_unread_past_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    stdin = _Bytes(64)
-    monkeypatch.setattr(sys, "stdin", stdin)
-    with pytest.raises(UsageError, match=r"^the task on stdin is longer than 16 bytes"):
-        run_command._read_stdin_text(limit=16)
-    assert stdin.buffer.tell() == 17  # the bound and one byte more, nothing past it
-    monkeypatch.setattr(sys, "stdin", _Bytes(16))
-    assert run_command._read_stdin_text(limit=16) == "y\n" * 8
-
-
-def test_run_into_a_missing_cwd_is_exit_2_naming_the_flag_and_starts_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    ScriptedEntry.instances.clear()
-    missing = str(tmp_path / "missing")
-    for mode in ([], ["--background"]):
-        code = _dsh("run", *mode, str(_profile(tmp_path)), "subagent_worker", "x", "--cwd", missing)
-        captured = capsys.readouterr()
-        assert (code, captured.out) == (2, "")
-        assert captured.err == f"dsh: error: --cwd {missing!r} is not an accessible directory\n"
-    assert [p.start_count for p in ScriptedEntry.instances] == []  # no profile was loaded
