@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import psutil
-from dsh_subprocess import collect_orphaned_dirs, make_owned_dir
+import pytest
+from dsh_subprocess import collect_orphaned_dirs, make_owned_dir, owned_dirs
 from dsh_subprocess.owned_dirs import OWNER_FILE
 
 _MAKE_AND_HOLD = (
@@ -79,3 +80,18 @@ def test_unmarked_foreign_and_other_entries_are_left_alone(tmp_path: Path) -> No
     assert link.is_symlink()  # the link itself stays; what it pointed at was the orphan
     assert other_prefix.is_dir()
     assert collect_orphaned_dirs("own-", str(tmp_path / "missing")) == []
+
+
+def test_a_directory_interrupted_while_being_marked_is_not_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C between the directory and its marker: an unmarked directory would never be
+    collected, so it goes at once."""
+
+    def interrupted(pid: int) -> float:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(owned_dirs, "_started", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        make_owned_dir("dsh-x-", str(tmp_path))
+    assert list(tmp_path.iterdir()) == []

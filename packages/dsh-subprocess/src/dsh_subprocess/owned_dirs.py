@@ -36,11 +36,16 @@ def make_owned_dir(prefix: str, base: str) -> str:
     :func:`collect_orphaned_dirs` removes it only once this process is gone.
     """
     path = tempfile.mkdtemp(prefix=prefix, dir=base)
-    marker = os.path.join(path, OWNER_FILE)
-    pending = marker + ".new"
-    with open(pending, "w", encoding="ascii") as out:
-        out.write(f"{os.getpid()} {_started(os.getpid())!r}\n")
-    os.replace(pending, marker)  # whole or absent: a half-written marker never reads
+    try:
+        marker = os.path.join(path, OWNER_FILE)
+        pending = marker + ".new"
+        with open(pending, "w", encoding="ascii") as out:
+            out.write(f"{os.getpid()} {_started(os.getpid())!r}\n")
+        os.replace(pending, marker)  # whole or absent: a half-written marker never reads
+    except BaseException:
+        # Ctrl-C while marking: unmarked, no later host would ever remove it.
+        shutil.rmtree(path, ignore_errors=True)
+        raise
     return path
 
 
