@@ -27,8 +27,8 @@ from batch_outside import (
     dsh_closure,
     make_venv,
     run_example,
-    write_profile,
 )
+from doc_examples import write_codex_profile
 from dsh_contract_tests.fixtures import responses
 from fresh_venv import ROOT, install_problems
 
@@ -104,7 +104,7 @@ def test_the_run_batch_example_runs_from_the_clean_venv(
     work.mkdir()
     (work / "ISSUES.md").write_text("101: a typo\n102: a crash\n", encoding="utf-8")
     with responses.ResponsesFixture(route=router) as model:
-        write_profile(work / "profile.toml", short_root / "py-env", model.base_url)
+        write_codex_profile(work / "profile.toml", short_root / "py-env", model.base_url)
         got = run_example(
             python,
             docs_example("## From Python: `dsh_batch.run_batch`"),
@@ -136,7 +136,9 @@ def test_the_ray_data_example_runs_from_the_clean_venv(
     rows = [{"id": tag.lower(), "task": f"ROW-TAG {tag}. Reply with it."} for tag in tags]
     (work / "tasks.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     with responses.ResponsesFixture(route=router) as model:
-        write_profile(work / "batch-files" / "profile.toml", short_root / "rd-env", model.base_url)
+        write_codex_profile(
+            work / "batch-files" / "profile.toml", short_root / "rd-env", model.base_url
+        )
         got = run_example(
             python, docs_example("## In a Ray Data pipeline"), work, short_root / "rd-env"
         )

@@ -19,8 +19,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import pytest
+from doc_examples import marked, python_block, write_codex_profile
 from dsh_contract_tests.fixtures import responses
 from dsh_subprocess.testing import become_subreaper, reap_adopted_zombies
 
@@ -32,10 +32,7 @@ MARKER_NAME = "PROCESS_MARKER_FOR_DSH_BATCH_PYTHON_DOCS_TESTS"
 
 def python_example() -> str:
     """The one Python block of the page's ``run_batch`` section."""
-    text = PAGE.read_text(encoding="utf-8")
-    section = text.split("## From Python: `dsh_batch.run_batch`", 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
-    return str(block)
+    return python_block(PAGE, "## From Python: `dsh_batch.run_batch`")
 
 
 @dataclass
@@ -54,17 +51,6 @@ class Router:
         return responses.PlainAnswer(f"FIX-{found.group(1)}", "final_answer")
 
 
-def _marked(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(MARKER_NAME) == marker and proc.status() != "zombie":
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
 def test_the_python_example_runs_as_written_and_resumes(tmp_path: Path) -> None:
     become_subreaper()
     router = Router()
@@ -78,16 +64,7 @@ def test_the_python_example_runs_as_written_and_resumes(tmp_path: Path) -> None:
         env[name] = str(tmp_path / name.lower())
     env[MARKER_NAME] = marker
     with responses.ResponsesFixture(route=router) as model:
-        codex_env = responses.codex_keyless_env(tmp_path / "codex")
-        responses.write_codex_config(codex_env["CODEX_HOME"], model.base_url)
-        table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in codex_env.items())
-        (work / "profile.toml").write_text(
-            '[[providers]]\ntype = "codex"\n\n[providers.config.env]\n'
-            f"{table}\n\n"
-            '[[tools]]\nname = "subagent_codex"\nprovider = "codex"\n'
-            'background_mode = "disabled"\n',
-            encoding="utf-8",
-        )
+        write_codex_profile(work / "profile.toml", tmp_path, model.base_url)
         runs = []
         try:
             for _ in range(2):  # the second run resumes: every task has a record
@@ -103,9 +80,9 @@ def test_the_python_example_runs_as_written_and_resumes(tmp_path: Path) -> None:
                         check=False,
                     )
                 )
-            left = _marked(marker)
+            left = marked(MARKER_NAME, marker)
         finally:
-            for proc in _marked(marker):
+            for proc in marked(MARKER_NAME, marker):
                 proc.kill()
             reap_adopted_zombies()
     for done in runs:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from doc_examples import marked, python_block, write_codex_profile
 from dsh_contract_tests.fixtures import responses
 from dsh_subprocess.testing import become_subreaper, reap_adopted_zombies
 
@@ -42,10 +42,7 @@ GONE_WITHIN_SECONDS = 60.0
 
 def ray_data_example() -> str:
     """The one Python block of the page's Ray Data section."""
-    text = PAGE.read_text(encoding="utf-8")
-    section = text.split("## In a Ray Data pipeline", 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
-    return str(block)
+    return python_block(PAGE, "## In a Ray Data pipeline")
 
 
 @dataclass
@@ -64,17 +61,6 @@ class Router:
         with self.lock:
             self.seen.append(tag)
         return responses.PlainAnswer(f"ANSWER-{tag}", "final_answer")
-
-
-def _marked(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(MARKER_NAME) == marker and proc.status() != "zombie":
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 @pytest.fixture
@@ -107,16 +93,7 @@ def test_the_ray_data_example_runs_as_written(root: Path) -> None:
     # These tests run under `uv run`; the page says such a driver turns Ray's uv hook off.
     env["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
     with responses.ResponsesFixture(route=router) as model:
-        codex_env = responses.codex_keyless_env(root / "codex")
-        responses.write_codex_config(codex_env["CODEX_HOME"], model.base_url)
-        table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in codex_env.items())
-        (work / "batch-files" / "profile.toml").write_text(
-            '[[providers]]\ntype = "codex"\n\n[providers.config.env]\n'
-            f"{table}\n\n"
-            '[[tools]]\nname = "subagent_codex"\nprovider = "codex"\n'
-            'background_mode = "disabled"\n',
-            encoding="utf-8",
-        )
+        write_codex_profile(work / "batch-files" / "profile.toml", root, model.base_url)
         try:
             done = subprocess.run(
                 [sys.executable, "-c", ray_data_example()],
@@ -128,9 +105,9 @@ def test_the_ray_data_example_runs_as_written(root: Path) -> None:
                 timeout=900,
                 check=False,
             )
-            _, left = psutil.wait_procs(_marked(marker), timeout=GONE_WITHIN_SECONDS)
+            _, left = psutil.wait_procs(marked(MARKER_NAME, marker), timeout=GONE_WITHIN_SECONDS)
         finally:
-            for proc in _marked(marker):
+            for proc in marked(MARKER_NAME, marker):
                 proc.kill()
             reap_adopted_zombies()
     assert done.returncode == 0, done.stderr[-4000:]

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
+from doc_examples import marked, python_block, write_codex_profile
 from dsh_contract_tests.fixtures import responses
 from dsh_subprocess.testing import become_subreaper, reap_adopted_zombies
 
@@ -31,21 +30,7 @@ MARKER_NAME = "PROCESS_MARKER_FOR_DSH_RUN_TASK_DOCS_TESTS"
 
 def python_example() -> str:
     """The one Python block of the page's ``run_task`` section."""
-    text = PAGE.read_text(encoding="utf-8")
-    section = text.split("## Run one task from Python like `dsh run`", 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
-    return str(block)
-
-
-def _marked(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(MARKER_NAME) == marker and proc.status() != "zombie":
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+    return python_block(PAGE, "## Run one task from Python like `dsh run`")
 
 
 def _run_example(
@@ -60,16 +45,7 @@ def _run_example(
         (tmp_path / name.lower()).mkdir()
         env[name] = str(tmp_path / name.lower())
     env[MARKER_NAME] = marker
-    codex_env = responses.codex_keyless_env(tmp_path / "codex")
-    responses.write_codex_config(codex_env["CODEX_HOME"], model.base_url)
-    table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in codex_env.items())
-    (work / "profile.toml").write_text(
-        '[[providers]]\ntype = "codex"\n\n[providers.config.env]\n'
-        f"{table}\n\n"
-        '[[tools]]\nname = "subagent_codex"\nprovider = "codex"\n'
-        'background_mode = "disabled"\n',
-        encoding="utf-8",
-    )
+    write_codex_profile(work / "profile.toml", tmp_path, model.base_url)
     try:
         done = subprocess.run(
             [sys.executable, "-c", python_example()],
@@ -81,9 +57,9 @@ def _run_example(
             timeout=600,
             check=False,
         )
-        left = _marked(marker)
+        left = marked(MARKER_NAME, marker)
     finally:
-        for proc in _marked(marker):
+        for proc in marked(MARKER_NAME, marker):
             proc.kill()
         reap_adopted_zombies()
     assert left == [], f"left behind: {[proc.name() for proc in left]}"

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from doc_examples import marked, python_block, write_codex_profile
 from dsh_contract_tests.fixtures import responses
 from dsh_subprocess.testing import become_subreaper, reap_adopted_zombies
 from fresh_venv import ROOT, run_bash
@@ -42,7 +43,6 @@ __all__ = [
     "dsh_closure",
     "make_venv",
     "run_example",
-    "write_profile",
 ]
 
 BATCH = "dsh-batch"
@@ -113,10 +113,7 @@ def make_venv(venv: Path, dist: Path, *, ray: bool) -> Path:
 
 def docs_example(heading: str) -> str:
     """The one Python block of the docs/batch.md section that starts with ``heading``."""
-    text = PAGE.read_text(encoding="utf-8")
-    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
-    return str(block)
+    return python_block(PAGE, heading)
 
 
 @dataclass
@@ -139,20 +136,6 @@ class Router:
         return responses.PlainAnswer(f"ANSWER-{tag}", "final_answer")
 
 
-def write_profile(path: Path, root: Path, base_url: str) -> None:
-    """A profile with a ``subagent_codex`` tool: the real Codex keyless at ``base_url``."""
-    codex_env = responses.codex_keyless_env(root / "codex")
-    responses.write_codex_config(codex_env["CODEX_HOME"], base_url)
-    table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in codex_env.items())
-    path.write_text(
-        '[[providers]]\ntype = "codex"\n\n[providers.config.env]\n'
-        f"{table}\n\n"
-        '[[tools]]\nname = "subagent_codex"\nprovider = "codex"\n'
-        'background_mode = "disabled"\n',
-        encoding="utf-8",
-    )
-
-
 @dataclass
 class Outcome:
     """A script's run, the programs its processes ran (each one's ``argv[0]``, sampled
@@ -161,17 +144,6 @@ class Outcome:
     done: subprocess.CompletedProcess[str]
     programs: set[str]
     left: list[str]
-
-
-def _marked(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(MARKER_NAME) == marker and proc.status() != "zombie":
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 def run_example(python: Path, code: str, work: Path, root: Path) -> Outcome:
@@ -200,7 +172,7 @@ def run_example(python: Path, code: str, work: Path, root: Path) -> Outcome:
 
     def sample() -> None:
         while not finished.wait(0.2):
-            for proc in _marked(marker):
+            for proc in marked(MARKER_NAME, marker):
                 try:
                     programs.add(proc.cmdline()[0])
                 except (psutil.Error, IndexError):
@@ -219,12 +191,12 @@ def run_example(python: Path, code: str, work: Path, root: Path) -> Outcome:
             timeout=_TIMEOUT,
             check=False,
         )
-        _, left = psutil.wait_procs(_marked(marker), timeout=GONE_WITHIN_SECONDS)
+        _, left = psutil.wait_procs(marked(MARKER_NAME, marker), timeout=GONE_WITHIN_SECONDS)
         names = [proc.name() for proc in left]
     finally:
         finished.set()
         sampler.join()
-        for proc in _marked(marker):
+        for proc in marked(MARKER_NAME, marker):
             proc.kill()
         reap_adopted_zombies()
     return Outcome(done, programs, names)
@@ -253,7 +225,7 @@ def main() -> int:
         work = root / "py"
         work.mkdir()
         (work / "ISSUES.md").write_text("101: a typo\n102: a crash\n", encoding="utf-8")
-        write_profile(work / "profile.toml", root / "py-env", model.base_url)
+        write_codex_profile(work / "profile.toml", root / "py-env", model.base_url)
         code = docs_example("## From Python: `dsh_batch.run_batch`")
         got = run_example(python, code, work, root / "py-env")
         print(f"run_batch example: exit {got.done.returncode}, left {got.left}")
@@ -268,7 +240,9 @@ def main() -> int:
                 for t in ("R1", "R2", "R3")
             ]
             (work / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-            write_profile(work / "batch-files" / "profile.toml", root / "rd-env", model.base_url)
+            write_codex_profile(
+                work / "batch-files" / "profile.toml", root / "rd-env", model.base_url
+            )
             code = docs_example("## In a Ray Data pipeline")
             got = run_example(python, code, work, root / "rd-env")
             print(f"Ray Data example: exit {got.done.returncode}, left {got.left}")
